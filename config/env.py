@@ -1,0 +1,94 @@
+"""Read settings from the environment, loudly.
+
+Tiny helpers in the manner of healthchecks: every variable the settings read goes
+through one of them, so a bad value fails at start-up with its name in the message,
+and ``READ`` lists every name (the README and docker-compose.yml are checked against it).
+Secrets may also come from ``<NAME>_FILE`` (Docker/Kubernetes secrets).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+READ: dict[str, str | None] = {}
+"""Every environment variable the settings read, with its default (None: no default)."""
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _raw(name: str, default: str | None) -> str | None:
+    READ.setdefault(name, default)
+    value = os.environ.get(name)
+    if value is None:
+        path = os.environ.get(f"{name}_FILE")
+        if path:
+            value = Path(path).read_text().strip()
+    return default if value is None else value
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    return _raw(name, default)
+
+
+def env_required(name: str, default_when: bool, default: str) -> str:
+    """A value that must be set explicitly unless ``default_when`` (e.g. DEBUG) holds."""
+    value = _raw(name, None)
+    if value:
+        return value
+    if default_when:
+        READ[name] = default
+        return default
+    raise ImproperlyConfigured(f"{name} must be set (or {name}_FILE pointing at a file holding it)")
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = _raw(name, "1" if default else "0")
+    assert value is not None
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use 1/0, true/false)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    value = _raw(name, str(default))
+    assert value is not None
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} is below its minimum {minimum}")
+    return number
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    value = _raw(name, default) or ""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    """``postgres://user:password@host:port/name?sslmode=require`` as a DATABASES entry."""
+    parsed = urlparse(url)
+    if parsed.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(f"DATABASE_URL must be a postgres:// URL, not {parsed.scheme}://")
+    name = unquote(parsed.path.lstrip("/"))
+    if not name:
+        raise ImproperlyConfigured("DATABASE_URL names no database")
+    options = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+        "OPTIONS": options,
+    }

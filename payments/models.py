@@ -1,0 +1,1 @@
+"""Chains, assets, invoices and transfers arrive with the payment issue."""

@@ -1,0 +1,1 @@
+"""Provisioning jobs, host backends and validation reports arrive with the provisioning issue."""

@@ -1,0 +1,215 @@
+"""The operator's desk. Actions are one-liners that call the same services as everything else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from reservations import services
+from reservations.errors import InvalidTransition
+from reservations.models import (
+    Environment,
+    HardwareKind,
+    Hold,
+    Host,
+    Lot,
+    Order,
+    OrderEvent,
+    OrderSshKey,
+    Price,
+)
+
+
+class PriceInline(admin.TabularInline):
+    model = Price
+    extra = 0
+
+
+@admin.register(HardwareKind)
+class HardwareKindAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "architecture", "memory_per_card_gb", "stack", "is_offered")
+    list_editable = ("is_offered",)
+    prepopulated_fields = {"slug": ("name",)}
+    inlines = (PriceInline,)
+
+
+@admin.register(Price)
+class PriceAdmin(admin.ModelAdmin):
+    list_display = ("kind", "window_days", "amount_usd")
+    list_filter = ("kind", "window_days")
+
+
+@admin.register(Environment)
+class EnvironmentAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "stack", "is_offered")
+    list_editable = ("is_offered",)
+    filter_horizontal = ("compatible_kinds",)
+    prepopulated_fields = {"slug": ("name",)}
+
+
+class LotInline(admin.TabularInline):
+    model = Lot
+    extra = 0
+
+
+@admin.register(Host)
+class HostAdmin(admin.ModelAdmin):
+    list_display = ("name", "kind", "address", "ssh_port")
+    list_filter = ("kind",)
+    search_fields = ("name", "address")
+    inlines = (LotInline,)
+
+
+@admin.register(Lot)
+class LotAdmin(admin.ModelAdmin):
+    list_display = ("__str__", "host", "gpu_a", "gpu_b", "status")
+    list_filter = ("status", "host__kind")
+    list_editable = ("status",)
+    list_select_related = ("host",)
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class HoldInline(ReadOnlyInline):
+    model = Hold
+    fields = ("lot", "period", "status", "created_at", "released_at")
+    readonly_fields = fields
+
+
+class SshKeyInline(ReadOnlyInline):
+    model = OrderSshKey
+    fields = ("algorithm", "fingerprint", "public_key")
+    readonly_fields = fields
+
+
+class EventInline(ReadOnlyInline):
+    model = OrderEvent
+    fields = ("created_at", "actor_label", "from_status", "to_status", "reason")
+    readonly_fields = fields
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000)
+
+
+@admin.register(Order)
+class OrderAdmin(admin.ModelAdmin):
+    list_display = (
+        "reference",
+        "status",
+        "kind",
+        "lot_count",
+        "window_days",
+        "starts_at",
+        "total_usd",
+        "contact_email",
+        "created_at",
+    )
+    list_filter = ("status", "kind", "window_days", "usage_mode", "starts_at")
+    date_hierarchy = "created_at"
+    search_fields = ("reference", "contact_email", "contact_name", "organisation")
+    list_select_related = ("kind",)
+    inlines = (HoldInline, SshKeyInline, EventInline)
+    actions = ("cancel_orders",)
+    fieldsets = (
+        (None, {"fields": ("reference", "status", "user", "language", "created_at")}),
+        ("Contact", {"fields": ("contact_name", "contact_email", "organisation", "contact_phone")}),
+        (
+            "Booking",
+            {
+                "fields": (
+                    "kind",
+                    "environment",
+                    "lot_count",
+                    "window_days",
+                    "starts_at",
+                    "ends_at",
+                    "usage_mode",
+                    "unit_price_usd",
+                    "total_usd",
+                    "hold_expires_at",
+                )
+            },
+        ),
+        (
+            "Research plan",
+            {
+                "fields": (
+                    "hypothesis",
+                    "hypothesis_text",
+                    "model_params_billion",
+                    "model_precision",
+                    "model_workload",
+                    "checkpoints",
+                    "abort_criteria",
+                )
+            },
+        ),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Order | None = None) -> list[str]:
+        # Orders change only through services: every field is read-only here.
+        return [f for fieldset in self.fieldsets for f in fieldset[1]["fields"]]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Order | None = None) -> bool:
+        return False
+
+    @admin.action(description="Cancel selected orders (asks for a reason)")
+    def cancel_orders(self, request: HttpRequest, queryset: QuerySet[Order]) -> HttpResponse | None:
+        form = CancelForm(request.POST if "reason" in request.POST else None)
+        if not form.is_valid():
+            return TemplateResponse(
+                request,
+                "admin/reservations/order/cancel.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": "Cancel orders",
+                    "orders": queryset,
+                    "form": form,
+                    "opts": self.model._meta,
+                    "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                },
+            )
+        actor = services.Actor.of(request.user)  # type: ignore[arg-type]
+        for order in queryset:
+            try:
+                services.cancel_order(order, actor=actor, reason=form.cleaned_data["reason"])
+            except InvalidTransition as exc:
+                self.message_user(request, f"{order.reference}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{order.reference} cancelled.", messages.SUCCESS)
+        return None
+
+
+@admin.register(OrderEvent)
+class OrderEventAdmin(admin.ModelAdmin):
+    list_display = ("created_at", "order", "actor_label", "from_status", "to_status", "reason")
+    list_filter = ("to_status",)
+    search_fields = ("order__reference", "actor_label", "reason")
+    list_select_related = ("order",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

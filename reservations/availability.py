@@ -1,0 +1,101 @@
+"""Which lots are free for a window, and the earliest start when they are not.
+
+A window of ``days`` starting at ``starts_at`` blocks its lot for
+[starts_at, starts_at + days + turnaround): the same range the hold will carry, so what
+this module calls free is exactly what the exclusion constraint will accept.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
+
+from reservations.models import HardwareKind, Hold, Lot
+
+
+def blocked_period(starts_at: datetime, window_days: int) -> DateTimeTZRange:
+    ends_at = starts_at + timedelta(days=window_days)
+    return DateTimeTZRange(starts_at, ends_at + settings.RESERVATION_TURNAROUND, "[)")
+
+
+def bookable_lots(kind: HardwareKind | int) -> QuerySet[Lot]:
+    """Lots of a kind that may be booked at all (active, not in maintenance or retired)."""
+    return Lot.objects.filter(host__kind=kind, status=Lot.Status.ACTIVE)
+
+
+def _overlapping_hold(period: DateTimeTZRange) -> Exists:
+    return Exists(
+        Hold.objects.filter(lot=OuterRef("pk"), status__in=Hold.COUNTING, period__overlap=period)
+    )
+
+
+def free_lots(kind: HardwareKind | int, starts_at: datetime, window_days: int) -> QuerySet[Lot]:
+    """Bookable lots of ``kind`` with no counting hold overlapping the window, by id."""
+    period = blocked_period(starts_at, window_days)
+    return bookable_lots(kind).filter(~_overlapping_hold(period)).order_by("pk")
+
+
+def free_lot_counts(starts_at: datetime, window_days: int) -> dict[int, int]:
+    """Free lots per kind id for one window, in one query (kinds with none are absent)."""
+    period = blocked_period(starts_at, window_days)
+    rows = (
+        Lot.objects.filter(status=Lot.Status.ACTIVE)
+        .filter(~_overlapping_hold(period))
+        .values("host__kind")
+        .annotate(free=Count("pk"))
+    )
+    return {row["host__kind"]: row["free"] for row in rows}
+
+
+def bookable_lot_counts() -> dict[int, int]:
+    """How many lots each kind has at all (the ceiling for one order)."""
+    rows = HardwareKind.objects.annotate(
+        lots=Count("hosts__lots", filter=Q(hosts__lots__status=Lot.Status.ACTIVE))
+    ).values_list("pk", "lots")
+    return dict(rows)
+
+
+def earliest_start(
+    kind: HardwareKind | int,
+    window_days: int,
+    lot_count: int,
+    not_before: datetime,
+    *,
+    horizon: timedelta | None = None,
+) -> datetime | None:
+    """The earliest start at or after ``not_before`` with ``lot_count`` lots free for the window.
+
+    Capacity only ever frees up where a hold's blocked range ends, so the candidates are
+    ``not_before`` and those ends. None when no start within the horizon works (or when the
+    kind has fewer lots than asked for).
+    """
+    horizon = settings.RESERVATION_HORIZON if horizon is None else horizon
+    lot_ids = list(bookable_lots(kind).values_list("pk", flat=True))
+    if len(lot_ids) < lot_count:
+        return None
+    busy: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
+    ends: set[datetime] = set()
+    holds = Hold.objects.filter(
+        lot_id__in=lot_ids, status__in=Hold.COUNTING, period__endswith__gt=not_before
+    ).values_list("lot_id", "period")
+    for lot_id, period in holds:
+        busy[lot_id].append((period.lower, period.upper))
+        ends.add(period.upper)
+    latest = not_before + horizon
+    length = timedelta(days=window_days) + settings.RESERVATION_TURNAROUND
+    for candidate in sorted({not_before, *ends}):
+        if candidate > latest:
+            break
+        stop = candidate + length
+        free = sum(
+            1
+            for lot_id in lot_ids
+            if not any(lower < stop and candidate < upper for lower, upper in busy[lot_id])
+        )
+        if free >= lot_count:
+            return candidate
+    return None

@@ -1,0 +1,71 @@
+"""Every refusal a researcher can meet while booking, in one place.
+
+Each has a stable machine-readable code (the REST API returns it as ``code``) and a lazily
+translated message (the pages show it next to the field). Services raise
+``django.core.exceptions.ValidationError`` keyed by field, built from these.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
+
+MESSAGES = {
+    "required": _("This field is required."),
+    "too_long": _("This is too long: at most %(limit)s characters."),
+    "unknown_kind": _("This hardware kind is not offered."),
+    "invalid_window": _("Choose a window of 3, 7 or 30 days."),
+    "no_price": _("This kind has no price for that window yet."),
+    "invalid_lot_count": _("Choose at least one lot."),
+    "too_many_lots": _("Only %(available)s lots of this kind exist."),
+    "start_in_past": _("The start lies in the past."),
+    "start_beyond_horizon": _("Bookings open at most %(days)s days ahead."),
+    "start_not_aware": _("The start needs a time zone."),
+    "unknown_environment": _("This environment is not offered."),
+    "incompatible_environment": _("This environment does not run on %(kind)s."),
+    "invalid_choice": _("Choose one of the offered options."),
+    "invalid_email": _("Enter a valid e-mail address."),
+    "invalid_params": _("Give the parameter count in billions, above 0 and at most 100000."),
+    "checkpoints_required": _("A 30-day campaign needs defined checkpoints."),
+    "abort_criteria_required": _("A 30-day campaign needs abort criteria."),
+    "ssh_key_required": _("Add at least one SSH public key."),
+    "ssh_too_many_keys": _("At most 10 SSH keys per order."),
+    "ssh_private_key": _(
+        "This is a private key. Never share it: paste the public key (the .pub file) "
+        "instead. Nothing was stored."
+    ),
+    "ssh_key_invalid": _("Line %(line)s is not a usable SSH public key: %(detail)s."),
+    "ssh_key_weak": _("Line %(line)s: %(detail)s."),
+    "lot_unavailable": _("No longer available: not enough free lots for this window."),
+    "invalid_transition": _("This order cannot go from %(current)s to %(target)s."),
+}
+
+
+def refusal(code: str, **params: Any) -> ValidationError:
+    return ValidationError(MESSAGES[code], code=code, params=params or None)
+
+
+class BookingRefused(ValidationError):
+    """Bad input to a booking service; ``error_dict`` maps field names to refusals."""
+
+
+class LotUnavailable(Exception):
+    """Capacity is gone for the requested window; ``next_start`` says when it is not."""
+
+    code = "lot_unavailable"
+
+    def __init__(self, next_start: datetime | None) -> None:
+        super().__init__(str(MESSAGES[self.code]))
+        self.next_start = next_start
+
+
+class InvalidTransition(Exception):
+    code = "invalid_transition"
+
+    def __init__(self, current: str, target: str) -> None:
+        super().__init__(str(MESSAGES[self.code] % {"current": current, "target": target}))
+        self.current = current
+        self.target = target

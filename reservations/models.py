@@ -1,0 +1,371 @@
+"""The catalogue (kinds, prices, environments, hosts, lots) and orders with their holds.
+
+The guarantee against double booking lives in the database: ``Hold`` carries a PostgreSQL
+exclusion constraint over (lot, blocked period) for every hold that still counts, so no
+code path, admin edit or concurrent worker can give one lot to two overlapping windows.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import ClassVar
+
+from django.conf import settings
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+WINDOW_DAYS = (3, 7, 30)
+
+
+class Window(models.IntegerChoices):
+    """The three research windows the seed describes, and what each is for."""
+
+    THREE_DAYS = 3, _("3 days — a distribution validation prepared in advance")
+    SEVEN_DAYS = 7, _("7 days — several variants and their evaluation")
+    THIRTY_DAYS = 30, _("30 days — an accompanied campaign with checkpoints and abort criteria")
+
+
+class Stack(models.TextChoices):
+    CUDA = "cuda", "CUDA"
+    ROCM = "rocm", "ROCm"
+
+
+class HardwareKind(models.Model):
+    """A kind of two-card lot, e.g. 2× NVIDIA H200 141 GB."""
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=80)
+    vendor = models.CharField(max_length=40)
+    generation = models.CharField(max_length=40, help_text=_("e.g. Blackwell, Hopper, CDNA 3"))
+    stack = models.CharField(max_length=8, choices=Stack.choices)
+    memory_per_card_gb = models.PositiveIntegerField(help_text=_("GB (10⁹ bytes) per card"))
+    cards_per_lot = models.PositiveSmallIntegerField(default=2, editable=False)
+    interconnect = models.CharField(max_length=80, blank=True)
+    architecture = models.CharField(
+        max_length=20,
+        help_text=_("What the software stack must target, e.g. sm_100, sm_90, gfx942"),
+    )
+    description = models.TextField(blank=True)
+    display_order = models.PositiveSmallIntegerField(default=0)
+    is_offered = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ("display_order", "name")
+        constraints = [
+            models.CheckConstraint(condition=Q(cards_per_lot=2), name="kind_two_cards_per_lot"),
+            models.CheckConstraint(condition=Q(memory_per_card_gb__gt=0), name="kind_memory_pos"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def memory_per_lot_gb(self) -> int:
+        return self.memory_per_card_gb * self.cards_per_lot
+
+
+class Price(models.Model):
+    """What one lot of a kind costs for one window, in USD. Orders copy it when placed."""
+
+    kind = models.ForeignKey(HardwareKind, on_delete=models.CASCADE, related_name="prices")
+    window_days = models.PositiveSmallIntegerField(choices=Window.choices)
+    amount_usd = models.DecimalField(
+        max_digits=10, decimal_places=2, validators=[MinValueValidator(Decimal("0.01"))]
+    )
+
+    class Meta:
+        ordering = ("kind", "window_days")
+        constraints = [
+            models.UniqueConstraint(fields=("kind", "window_days"), name="price_unique_window"),
+            models.CheckConstraint(condition=Q(window_days__in=WINDOW_DAYS), name="price_window"),
+            models.CheckConstraint(condition=Q(amount_usd__gt=0), name="price_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} · {self.window_days} d · {self.amount_usd} USD"
+
+
+class Environment(models.Model):
+    """What is prepared on the host for the researcher, and which kinds it runs on."""
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=120)
+    description = models.TextField(blank=True)
+    stack = models.CharField(
+        max_length=8, choices=Stack.choices, blank=True, help_text=_("Empty: stack-neutral")
+    )
+    compatible_kinds = models.ManyToManyField(HardwareKind, related_name="environments")
+    display_order = models.PositiveSmallIntegerField(default=0)
+    is_offered = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ("display_order", "name")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Host(models.Model):
+    """A machine the operator owns, reached over SSH, carrying cards of one kind."""
+
+    name = models.CharField(max_length=80, unique=True)
+    kind = models.ForeignKey(HardwareKind, on_delete=models.PROTECT, related_name="hosts")
+    address = models.CharField(max_length=255, help_text=_("DNS name or IP address"))
+    ssh_port = models.PositiveIntegerField(default=22)
+    ssh_user = models.CharField(max_length=64, default="gpulots")
+    ssh_host_key = models.TextField(
+        blank=True, help_text=_("Pinned host public key (OpenSSH format); provisioning refuses any other")
+    )
+    notes = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Lot(models.Model):
+    """Two cards on one host, rented together."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", _("active")
+        MAINTENANCE = "maintenance", _("maintenance")
+        RETIRED = "retired", _("retired")
+
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="lots")
+    gpu_a = models.PositiveSmallIntegerField(help_text=_("First GPU index on the host"))
+    gpu_b = models.PositiveSmallIntegerField(help_text=_("Second GPU index on the host"))
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
+
+    class Meta:
+        ordering = ("host__name", "gpu_a")
+        constraints = [
+            models.CheckConstraint(condition=Q(gpu_a__lt=models.F("gpu_b")), name="lot_gpu_order"),
+            models.UniqueConstraint(fields=("host", "gpu_a"), name="lot_gpu_a_unique"),
+            models.UniqueConstraint(fields=("host", "gpu_b"), name="lot_gpu_b_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host.name} GPU {self.gpu_a},{self.gpu_b}"
+
+    @property
+    def gpu_indices(self) -> tuple[int, int]:
+        return (self.gpu_a, self.gpu_b)
+
+    def clean(self) -> None:
+        if self.gpu_a is None or self.gpu_b is None or self.host_id is None:
+            return
+        if self.gpu_a >= self.gpu_b:
+            raise ValidationError(_("The first GPU index must be lower than the second."))
+        mine = {self.gpu_a, self.gpu_b}
+        for other in Lot.objects.filter(host_id=self.host_id).exclude(pk=self.pk):
+            if mine & {other.gpu_a, other.gpu_b}:
+                raise ValidationError(
+                    _("GPU %(gpus)s on this host already belong to lot %(lot)s.")
+                    % {"gpus": sorted(mine & {other.gpu_a, other.gpu_b}), "lot": other}
+                )
+
+
+class UsageMode(models.TextChoices):
+    DISTRIBUTED = "distributed", _("One job across both cards (data parallel or sharded)")
+    INDEPENDENT = "independent", _("Two independent experiments, one card each")
+
+
+class Hypothesis(models.TextChoices):
+    BIGGER_BATCH = "bigger_batch", _("Increase the global batch")
+    SHORTER_STEP = "shorter_step", _("Reduce the time of one step")
+    MAKE_POSSIBLE = "make_possible", _("Make a run possible at all")
+
+
+class Precision(models.TextChoices):
+    FP32 = "fp32", "FP32"
+    BF16 = "bf16", "BF16"
+    FP16 = "fp16", "FP16"
+    FP8 = "fp8", "FP8"
+    INT8 = "int8", "INT8"
+    INT4 = "int4", "INT4"
+
+
+class Workload(models.TextChoices):
+    TRAINING = "training", _("training")
+    INFERENCE = "inference", _("inference")
+
+
+class Order(models.Model):
+    """A researcher's booking of N lots of one kind for one window.
+
+    Status values are named constants; every change goes through a function in
+    ``reservations.services`` that checks the current status and writes an ``OrderEvent``.
+    """
+
+    STATUS_AWAITING_PAYMENT = "awaiting_payment"
+    STATUS_PAID = "paid"
+    STATUS_APPROVED = "approved"
+    STATUS_ACTIVE = "active"
+    STATUS_COMPLETED = "completed"
+    STATUS_EXPIRED = "expired"
+    STATUS_CANCELLED = "cancelled"
+    STATUS_CHOICES = (
+        (STATUS_AWAITING_PAYMENT, _("awaiting payment")),
+        (STATUS_PAID, _("paid, awaiting approval")),
+        (STATUS_APPROVED, _("approved, access being prepared")),
+        (STATUS_ACTIVE, _("active")),
+        (STATUS_COMPLETED, _("completed")),
+        (STATUS_EXPIRED, _("expired unpaid")),
+        (STATUS_CANCELLED, _("cancelled")),
+    )
+    HOLDING_STATUSES = (STATUS_AWAITING_PAYMENT, STATUS_PAID, STATUS_APPROVED, STATUS_ACTIVE)
+    """Statuses in which the order's holds count against capacity."""
+
+    reference = models.CharField(max_length=32, unique=True, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="orders",
+    )
+    status = models.CharField(
+        max_length=20, choices=STATUS_CHOICES, default=STATUS_AWAITING_PAYMENT, db_index=True
+    )
+    language = models.CharField(max_length=8, default="en")
+
+    # Contact
+    contact_name = models.CharField(max_length=120)
+    contact_email = models.EmailField(max_length=254)
+    organisation = models.CharField(max_length=160, blank=True)
+    contact_phone = models.CharField(max_length=64, blank=True)
+
+    # What was booked
+    kind = models.ForeignKey(HardwareKind, on_delete=models.PROTECT, related_name="orders")
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="orders")
+    lot_count = models.PositiveSmallIntegerField()
+    window_days = models.PositiveSmallIntegerField(choices=Window.choices)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    usage_mode = models.CharField(max_length=12, choices=UsageMode.choices)
+
+    # The research question, written down before renting
+    hypothesis = models.CharField(max_length=16, choices=Hypothesis.choices)
+    hypothesis_text = models.TextField(max_length=4000, blank=True)
+    model_params_billion = models.DecimalField(
+        max_digits=8, decimal_places=3, null=True, blank=True
+    )
+    model_precision = models.CharField(max_length=8, choices=Precision.choices, blank=True)
+    model_workload = models.CharField(max_length=10, choices=Workload.choices, blank=True)
+    checkpoints = models.TextField(max_length=4000, blank=True)
+    abort_criteria = models.TextField(max_length=4000, blank=True)
+
+    # Frozen at order time: a later price change never touches this order.
+    unit_price_usd = models.DecimalField(max_digits=10, decimal_places=2)
+    total_usd = models.DecimalField(max_digits=12, decimal_places=2)
+    hold_expires_at = models.DateTimeField()
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        indexes = [models.Index(fields=("status", "hold_expires_at"), name="order_expiry_idx")]
+        constraints = [
+            models.CheckConstraint(condition=Q(lot_count__gte=1), name="order_lots_positive"),
+            models.CheckConstraint(condition=Q(window_days__in=WINDOW_DAYS), name="order_window"),
+            models.CheckConstraint(condition=Q(ends_at__gt=models.F("starts_at")), name="order_ends"),
+            models.CheckConstraint(
+                condition=Q(total_usd=models.F("unit_price_usd") * models.F("lot_count")),
+                name="order_total_matches",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.reference
+
+    @property
+    def is_holding(self) -> bool:
+        return self.status in self.HOLDING_STATUSES
+
+
+class OrderSshKey(models.Model):
+    """An SSH public key the researcher will log in with, stored in normalised form."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="ssh_keys")
+    algorithm = models.CharField(max_length=64)
+    public_key = models.TextField(help_text=_("One line: algorithm, base64 blob, comment"))
+    fingerprint = models.CharField(max_length=80, help_text=_("SHA256 fingerprint, as ssh-keygen -l"))
+
+    class Meta:
+        ordering = ("id",)
+        constraints = [
+            models.UniqueConstraint(fields=("order", "fingerprint"), name="ssh_key_unique_per_order")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.algorithm} {self.fingerprint}"
+
+
+class Hold(models.Model):
+    """One lot held (then booked) for one order's window, plus the turnaround buffer.
+
+    ``period`` is [start, end + turnaround): the buffer is frozen into the row so a later
+    change of the setting never makes existing holds overlap.
+    """
+
+    class Status(models.TextChoices):
+        HELD = "held", _("held, awaiting payment")
+        BOOKED = "booked", _("booked")
+        RELEASED = "released", _("released")
+
+    COUNTING = (Status.HELD, Status.BOOKED)
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="holds")
+    lot = models.ForeignKey(Lot, on_delete=models.PROTECT, related_name="holds")
+    period = DateTimeRangeField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.HELD)
+    created_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("lot", "period")
+        constraints = [
+            ExclusionConstraint(
+                name="hold_no_overlap_per_lot",
+                expressions=[("lot", RangeOperators.EQUAL), ("period", RangeOperators.OVERLAPS)],
+                condition=Q(status__in=("held", "booked")),
+            ),
+            models.CheckConstraint(
+                condition=Q(status="released", released_at__isnull=False)
+                | (~Q(status="released") & Q(released_at__isnull=True)),
+                name="hold_released_at_iff_released",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lot} · {self.order.reference}"
+
+
+class OrderEvent(models.Model):
+    """The audit trail: every order state change, who made it, when, from, to and why."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="events")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(
+        max_length=120, help_text=_("Who acted: a user's e-mail, 'researcher', or 'system: <task>'")
+    )
+    from_status = models.CharField(max_length=20, blank=True)
+    to_status = models.CharField(max_length=20)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("created_at", "id")
+
+    def __str__(self) -> str:
+        return f"{self.order.reference}: {self.from_status or '∅'} → {self.to_status}"
