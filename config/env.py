@@ -78,7 +78,9 @@ def database_from_url(url: str) -> dict[str, object]:
     """``postgres://user:password@host:port/name?sslmode=require`` as a DATABASES entry."""
     parsed = urlparse(url)
     if parsed.scheme not in {"postgres", "postgresql"}:
-        raise ImproperlyConfigured(f"DATABASE_URL must be a postgres:// URL, not {parsed.scheme}://")
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must be a postgres:// URL, not {parsed.scheme}://"
+        )
     name = unquote(parsed.path.lstrip("/"))
     if not name:
         raise ImproperlyConfigured("DATABASE_URL names no database")

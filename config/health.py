@@ -29,4 +29,6 @@ def _broker() -> str:
 def health(request: HttpRequest) -> JsonResponse:
     checks = {"database": _database(), "broker": _broker()}
     healthy = all(value == "ok" for value in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503)
+    return JsonResponse(
+        {"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503
+    )

@@ -17,9 +17,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        payload.update(
-            {key: value for key, value in vars(record).items() if key not in _STANDARD}
-        )
+        payload.update({key: value for key, value in vars(record).items() if key not in _STANDARD})
         if record.exc_info:
             payload["exc"] = self.formatException(record.exc_info)
         return json.dumps(payload, default=str)

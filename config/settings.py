@@ -31,7 +31,6 @@ SECRET_KEY = env_required(
 )
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
-SITE_URL = (env_str("SITE_URL", "http://127.0.0.1:8000") or "").rstrip("/")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -181,9 +180,7 @@ RESERVATION_TURNAROUND = timedelta(hours=env_int("RESERVATION_TURNAROUND_HOURS",
 """Blocked after each booking of a lot before the next may start (wipe, re-image, checks)."""
 RESERVATION_HORIZON = timedelta(days=env_int("RESERVATION_HORIZON_DAYS", 180, minimum=1))
 """How far ahead a window may start."""
-RESERVATION_HOLD_DURATION = timedelta(
-    minutes=env_int("RESERVATION_HOLD_MINUTES", 120, minimum=1)
-)
+RESERVATION_HOLD_DURATION = timedelta(minutes=env_int("RESERVATION_HOLD_MINUTES", 120, minimum=1))
 """How long an unpaid order keeps its lots."""
 
 # --- Logging: one line per event; JSON for log shippers. ---

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -163,7 +164,7 @@ class OrderAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Order | None = None) -> list[str]:
         # Orders change only through services: every field is read-only here.
-        return [f for fieldset in self.fieldsets for f in fieldset[1]["fields"]]
+        return [str(f) for _name, options in self.fieldsets for f in options["fields"]]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -184,7 +185,7 @@ class OrderAdmin(admin.ModelAdmin):
                     "orders": queryset,
                     "form": form,
                     "opts": self.model._meta,
-                    "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 },
             )
         actor = services.Actor.of(request.user)  # type: ignore[arg-type]

@@ -11,8 +11,8 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
-from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 
 from reservations.models import HardwareKind, Hold, Lot
 

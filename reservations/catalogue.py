@@ -8,12 +8,13 @@ development (``make run``), all on loopback.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.db import transaction
 
 from reservations.models import Environment, HardwareKind, Host, Lot, Price
 
-KINDS = [
+KINDS: list[dict[str, Any]] = [
     {
         "slug": "b200",
         "name": "2× NVIDIA B200 180 GB",
@@ -60,7 +61,7 @@ PRICES_USD = {
     "mi300x": {3: "360.00", 7: "800.00", 30: "3000.00"},
 }
 
-ENVIRONMENTS = [
+ENVIRONMENTS: list[dict[str, Any]] = [
     {
         "slug": "pytorch-2.9-cuda-12.8",
         "name": "PyTorch 2.9 + CUDA 12.8",

@@ -8,7 +8,6 @@ code path, admin edit or concurrent worker can give one lot to two overlapping w
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import ClassVar
 
 from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
@@ -119,7 +118,8 @@ class Host(models.Model):
     ssh_port = models.PositiveIntegerField(default=22)
     ssh_user = models.CharField(max_length=64, default="gpulots")
     ssh_host_key = models.TextField(
-        blank=True, help_text=_("Pinned host public key (OpenSSH format); provisioning refuses any other")
+        blank=True,
+        help_text=_("Pinned host public key (OpenSSH format); provisioning refuses any other"),
     )
     notes = models.TextField(blank=True)
 
@@ -276,7 +276,9 @@ class Order(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(lot_count__gte=1), name="order_lots_positive"),
             models.CheckConstraint(condition=Q(window_days__in=WINDOW_DAYS), name="order_window"),
-            models.CheckConstraint(condition=Q(ends_at__gt=models.F("starts_at")), name="order_ends"),
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=models.F("starts_at")), name="order_ends"
+            ),
             models.CheckConstraint(
                 condition=Q(total_usd=models.F("unit_price_usd") * models.F("lot_count")),
                 name="order_total_matches",
@@ -297,12 +299,16 @@ class OrderSshKey(models.Model):
     order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="ssh_keys")
     algorithm = models.CharField(max_length=64)
     public_key = models.TextField(help_text=_("One line: algorithm, base64 blob, comment"))
-    fingerprint = models.CharField(max_length=80, help_text=_("SHA256 fingerprint, as ssh-keygen -l"))
+    fingerprint = models.CharField(
+        max_length=80, help_text=_("SHA256 fingerprint, as ssh-keygen -l")
+    )
 
     class Meta:
         ordering = ("id",)
         constraints = [
-            models.UniqueConstraint(fields=("order", "fingerprint"), name="ssh_key_unique_per_order")
+            models.UniqueConstraint(
+                fields=("order", "fingerprint"), name="ssh_key_unique_per_order"
+            )
         ]
 
     def __str__(self) -> str:

@@ -211,7 +211,9 @@ def _validate(request: OrderRequest, now: datetime) -> _Validated:
 
     if errors:
         raise BookingRefused(errors)
-    assert kind is not None and environment is not None and price is not None
+    assert kind is not None
+    assert environment is not None
+    assert price is not None
     return _Validated(kind, environment, price, keys, params)
 
 
@@ -239,7 +241,9 @@ def _validate_model_facts(request: OrderRequest, refuse: Any) -> Decimal | None:
 # --------------------------------------------------------------------------- placing
 
 
-def place_order(request: OrderRequest, *, user: User | None = None, now: datetime | None = None) -> Order:
+def place_order(
+    request: OrderRequest, *, user: User | None = None, now: datetime | None = None
+) -> Order:
     """Create an order and hold its lots, all or nothing.
 
     Guarantees: on return the order exists with exactly ``lot_count`` holds, the price is

@@ -105,7 +105,9 @@ def parse_public_key(line: str, line_number: int = 1) -> PublicKey:
     if algorithm == "ssh-dss":
         raise SshKeyError("ssh_key_weak", line_number, "DSA keys are no longer accepted")
     if algorithm not in _PLAIN_TYPES | _SK_TYPES:
-        raise SshKeyError("ssh_key_invalid", line_number, f"unsupported key type {algorithm[:40]!r}")
+        raise SshKeyError(
+            "ssh_key_invalid", line_number, f"unsupported key type {algorithm[:40]!r}"
+        )
     if not _COMMENT_OK.match(comment):
         raise SshKeyError("ssh_key_invalid", line_number, "the comment has unusual characters")
     try:

@@ -1,0 +1,16 @@
+# The application image: web, worker and beat all run from it (see docker-compose.yml).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /app
+
+COPY requirements.lock ./
+RUN pip install --no-cache-dir -r requirements.lock
+
+COPY . .
+RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=build-only python manage.py collectstatic --noinput \
+    && useradd --system --home /app gpulots && mkdir -p /app/var && chown -R gpulots /app/var
+USER gpulots
+
+EXPOSE 8000
+CMD ["gunicorn", "config.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4"]

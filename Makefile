@@ -1,0 +1,44 @@
+# Two commands do everything: `make run` starts the whole product, `make test` runs the suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# Local defaults; any of them can be overridden from the environment.
+export DJANGO_DEBUG ?= 1
+
+.PHONY: help install run test lint typecheck bench clean
+
+help:
+	@echo "make run    start web, worker and beat on local PostgreSQL and Redis"
+	@echo "make test   lint, type-check and run the whole test suite"
+	@echo "make bench  run the benchmarks in bench/, one JSON line each"
+
+$(STAMP): requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python scripts/devstack.py
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy .
+
+test: install lint typecheck
+	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
+	CELERY_TASK_DEFAULT_QUEUE=gpulots-test \
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: install
+	@set -e; for script in bench/*.py; do $(BIN)/python $$script; done
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

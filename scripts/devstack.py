@@ -1,0 +1,198 @@
+#!/usr/bin/env python
+"""``make run``: the whole product on this machine, in the foreground.
+
+Checks that PostgreSQL and Redis answer (one clear line on how to start either if not),
+creates the database if needed, migrates, loads the catalogue into an empty database,
+ensures the operator account (printing its login), then runs web (gunicorn), the Celery
+worker and Celery beat together. Ctrl-C stops them all; if one dies, all stop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = Path(os.environ.get("RUN_DIR", ROOT / "var"))
+BIN = Path(sys.executable).parent
+COLOURS = {"web": "\033[36m", "worker": "\033[33m", "beat": "\033[35m"}
+RESET = "\033[0m"
+
+
+def fail(message: str) -> NoReturn:
+    print(f"make run: {message}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def check_postgres(url: str) -> Connection:
+    """Connect to the server's maintenance database, or say how to start PostgreSQL."""
+    import psycopg
+
+    parsed = urlparse(url)
+    server = dict(
+        host=parsed.hostname or "127.0.0.1",
+        port=parsed.port or 5432,
+        user=parsed.username or "postgres",
+        password=parsed.password or None,
+        connect_timeout=3,
+    )
+    try:
+        conn = psycopg.connect(dbname="postgres", autocommit=True, **server)  # type: ignore[arg-type]
+    except psycopg.OperationalError:
+        fail(
+            f"PostgreSQL is not reachable at {server['host']}:{server['port']} — start it with "
+            "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` "
+            "(or set DATABASE_URL)"
+        )
+    return conn
+
+
+def ensure_database(conn: Connection, url: str) -> None:
+    from psycopg import sql
+
+    name = urlparse(url).path.lstrip("/")
+    with conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            print(f"make run: created database {name}")
+
+
+def check_redis(url: str) -> None:
+    from redis import Redis
+    from redis.exceptions import RedisError
+
+    try:
+        Redis.from_url(url, socket_connect_timeout=3).ping()
+    except (RedisError, OSError):
+        parsed = urlparse(url)
+        fail(
+            f"Redis is not reachable at {parsed.hostname}:{parsed.port or 6379} — start it with "
+            "`redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save ''` "
+            "(or set REDIS_URL)"
+        )
+
+
+def manage(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout + result.stderr)
+        fail(f"`manage.py {' '.join(args)}` failed")
+    return result.stdout
+
+
+def pump(name: str, stream: object) -> None:
+    colour = COLOURS.get(name, "") if sys.stdout.isatty() else ""
+    end = RESET if colour else ""
+    for line in stream:  # type: ignore[attr-defined]
+        sys.stdout.write(f"{colour}{name:>6}{end} | {line}")
+        sys.stdout.flush()
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    database_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpulots")
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    host = os.environ.get("HOST", "127.0.0.1")
+    port = os.environ.get("PORT", "8000")
+    postgres = check_postgres(database_url)
+    check_redis(os.environ.get("CELERY_BROKER_URL", redis_url))
+    ensure_database(postgres, database_url)
+
+    VAR.mkdir(exist_ok=True)
+    manage("migrate", "--noinput")
+    print(manage("load_catalogue", "--demo-inventory").strip())
+    login = manage("ensure_operator", "--password-file", str(VAR / "operator-password")).strip()
+
+    commands = {
+        "web": [
+            str(BIN / "gunicorn"),
+            "config.wsgi",
+            "--bind",
+            f"{host}:{port}",
+            "--workers",
+            os.environ.get("WEB_WORKERS", "2"),
+            "--threads",
+            "4",
+            "--access-logfile",
+            "-",
+        ],
+        "worker": [
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "2",
+        ],
+        "beat": [
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(VAR / "celerybeat-schedule"),
+        ],
+    }
+    processes: dict[str, subprocess.Popen[str]] = {}
+    for name, command in commands.items():
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order
+        )
+        processes[name] = process
+        threading.Thread(target=pump, args=(name, process.stdout), daemon=True).start()
+
+    print(f"\nGPU lots is running: http://{host}:{port}/admin/  ·  health: /healthz")
+    print(f"{login}\nCtrl-C stops web, worker and beat.\n", flush=True)
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    exit_code = 0
+    while not stopping.is_set():
+        for name, process in processes.items():
+            if process.poll() is not None:
+                print(f"make run: {name} exited with {process.returncode}; stopping the rest")
+                exit_code = 1
+                stopping.set()
+        stopping.wait(0.5)
+
+    for process in processes.values():
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for process in processes.values():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+    print("make run: stopped.")
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

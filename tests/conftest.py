@@ -1,0 +1,99 @@
+"""Shared fixtures: a small real catalogue on PostgreSQL, SSH keys, order requests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from django.utils import timezone
+
+from reservations.catalogue import load_catalogue
+from reservations.models import HardwareKind, Host, Lot
+from reservations.services import OrderRequest
+from tests.workers import WorkerProcess, start_worker
+
+
+def openssh_public_key(comment: str = "ada@lab") -> str:
+    key = ed25519.Ed25519PrivateKey.generate().public_key()
+    line = key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return f"{line.decode()} {comment}"
+
+
+@pytest.fixture
+def ssh_key() -> str:
+    return openssh_public_key()
+
+
+@dataclass
+class Inventory:
+    b200: HardwareKind
+    h200: HardwareKind
+    mi300x: HardwareKind
+    h200_lots: list[Lot]
+    b200_lots: list[Lot]
+    mi300x_lots: list[Lot]
+
+
+def build_inventory() -> Inventory:
+    """The seed catalogue, with 2 H200 lots, 1 B200 lot and 1 MI300X lot."""
+    load_catalogue()
+    kinds = {kind.slug: kind for kind in HardwareKind.objects.all()}
+    lots: dict[str, list[Lot]] = {}
+    for slug, pairs in {"h200": [(0, 1), (2, 3)], "b200": [(0, 1)], "mi300x": [(0, 1)]}.items():
+        host = Host.objects.create(name=f"test-{slug}", kind=kinds[slug], address="127.0.0.1")
+        lots[slug] = [Lot.objects.create(host=host, gpu_a=a, gpu_b=b) for a, b in pairs]
+    return Inventory(
+        b200=kinds["b200"],
+        h200=kinds["h200"],
+        mi300x=kinds["mi300x"],
+        h200_lots=lots["h200"],
+        b200_lots=lots["b200"],
+        mi300x_lots=lots["mi300x"],
+    )
+
+
+@pytest.fixture
+def inventory(db: None) -> Inventory:
+    return build_inventory()
+
+
+@pytest.fixture
+def soon() -> datetime:
+    """A start two days from now, on the hour."""
+    return (timezone.now() + timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+
+
+RequestFactory = Callable[..., OrderRequest]
+
+
+@pytest.fixture
+def make_request(ssh_key: str, soon: datetime) -> RequestFactory:
+    def factory(**overrides: object) -> OrderRequest:
+        fields: dict[str, object] = {
+            "kind": "h200",
+            "lot_count": 1,
+            "window_days": 7,
+            "starts_at": soon,
+            "environment": "pytorch-2.9-cuda-12.8",
+            "usage_mode": "distributed",
+            "hypothesis": "shorter_step",
+            "hypothesis_text": "Two cards halve the step time of our 7B fine-tune.",
+            "contact_name": "Ada Lovelace",
+            "contact_email": "ada@example.org",
+            "ssh_public_keys": ssh_key,
+        }
+        fields.update(overrides)
+        return OrderRequest(**fields)  # type: ignore[arg-type]
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup: None, django_db_blocker: object) -> Iterator[WorkerProcess]:
+    """A real worker process, started once per test session (after the test database)."""
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        yield from start_worker()

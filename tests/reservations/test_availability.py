@@ -1,0 +1,83 @@
+"""Free lots for a window, and the earliest start when the chosen one is full."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from reservations.availability import (
+    bookable_lot_counts,
+    earliest_start,
+    free_lot_counts,
+    free_lots,
+)
+from reservations.services import place_order
+from tests.conftest import Inventory, RequestFactory
+
+pytestmark = pytest.mark.django_db
+TURNAROUND = timedelta(hours=6)
+
+
+def test_every_active_lot_is_free_when_nothing_is_booked(
+    inventory: Inventory, soon: datetime
+) -> None:
+    assert list(free_lots(inventory.h200, soon, 7)) == inventory.h200_lots
+    assert free_lot_counts(soon, 7) == {
+        inventory.h200.pk: 2,
+        inventory.b200.pk: 1,
+        inventory.mi300x.pk: 1,
+    }
+    assert bookable_lot_counts() == {
+        inventory.h200.pk: 2,
+        inventory.b200.pk: 1,
+        inventory.mi300x.pk: 1,
+    }
+
+
+def test_a_held_lot_is_not_free_for_overlapping_windows(
+    inventory: Inventory, make_request: RequestFactory, soon: datetime
+) -> None:
+    order = place_order(make_request(window_days=7))
+    held = order.holds.get().lot
+    assert held not in free_lots(inventory.h200, soon + timedelta(days=6), 3)
+    assert held not in free_lots(inventory.h200, soon - timedelta(days=2), 3)
+    assert held in free_lots(inventory.h200, order.ends_at + TURNAROUND, 3)
+    assert free_lot_counts(soon, 3)[inventory.h200.pk] == 1
+
+
+def test_the_earliest_start_is_the_chosen_one_when_free(
+    inventory: Inventory, soon: datetime
+) -> None:
+    assert earliest_start(inventory.h200, 7, 2, soon) == soon
+
+
+def test_the_earliest_start_waits_for_enough_lots_at_once(
+    inventory: Inventory, make_request: RequestFactory, soon: datetime
+) -> None:
+    a = place_order(make_request(window_days=3))
+    b = place_order(make_request(window_days=7, starts_at=soon + timedelta(days=1)))
+    # One lot frees after a's window; two lots only after b's.
+    assert earliest_start(inventory.h200, 3, 1, soon) == a.ends_at + TURNAROUND
+    assert earliest_start(inventory.h200, 3, 2, soon) == b.ends_at + TURNAROUND
+
+
+def test_a_gap_too_short_for_the_window_is_skipped(
+    inventory: Inventory, make_request: RequestFactory, soon: datetime
+) -> None:
+    first = place_order(make_request(kind="b200", window_days=3))
+    gap_start = first.ends_at + TURNAROUND
+    # A booking 5 days after the first one's end leaves a gap too short for 7 days.
+    later = place_order(
+        make_request(kind="b200", window_days=3, starts_at=gap_start + timedelta(days=5))
+    )
+    assert earliest_start(inventory.b200, 3, 1, soon) == gap_start
+    assert earliest_start(inventory.b200, 7, 1, soon) == later.ends_at + TURNAROUND
+
+
+def test_no_start_when_the_kind_has_too_few_lots_or_the_horizon_is_passed(
+    inventory: Inventory, make_request: RequestFactory, soon: datetime
+) -> None:
+    assert earliest_start(inventory.b200, 3, 2, soon) is None
+    place_order(make_request(kind="b200", window_days=30, checkpoints="c", abort_criteria="a"))
+    assert earliest_start(inventory.b200, 3, 1, soon, horizon=timedelta(days=10)) is None

@@ -1,0 +1,44 @@
+"""The expiry flow through a real Celery worker process and the Redis broker."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from reservations.models import Hold, Order
+from reservations.services import place_order
+from reservations.tasks import expire_unpaid_holds
+from tests.conftest import RequestFactory, build_inventory
+from tests.workers import WorkerProcess, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+def test_a_real_worker_expires_unpaid_orders(
+    celery_worker: WorkerProcess, make_request: RequestFactory
+) -> None:
+    build_inventory()
+    late = place_order(make_request())
+    on_time = place_order(make_request())
+    Order.objects.filter(pk=late.pk).update(hold_expires_at=timezone.now() - timedelta(minutes=1))
+
+    expire_unpaid_holds.apply_async(queue=celery_worker.queue)
+
+    assert wait_for(lambda: Order.objects.get(pk=late.pk).status == Order.STATUS_EXPIRED), (
+        celery_worker.log()
+    )
+    assert late.holds.get().status == Hold.Status.RELEASED
+    assert Order.objects.get(pk=on_time.pk).status == Order.STATUS_AWAITING_PAYMENT
+    assert "expire_unpaid_holds" in celery_worker.log()
+    assert "succeeded" in celery_worker.log()
+
+
+def test_beat_runs_the_expiry_every_minute() -> None:
+    entry = settings.CELERY_BEAT_SCHEDULE["expire-unpaid-holds"]
+    assert entry["task"] == expire_unpaid_holds.name
+    schedule: Any = entry["schedule"]
+    assert schedule.minute == set(range(60))

@@ -1,0 +1,187 @@
+"""`make run`: the whole product starts from one command and stops with Ctrl-C."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVSTACK = ROOT / "scripts" / "devstack.py"
+DATABASE = "gpulots_devstack_test"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def drop_database() -> None:
+    with psycopg.connect(
+        host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True
+    ) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+
+
+def stack_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
+    environ = {
+        **os.environ,
+        "DJANGO_DEBUG": "1",
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
+        "REDIS_URL": "redis://127.0.0.1:6379/14",
+        "CELERY_TASK_DEFAULT_QUEUE": f"devstack-{tmp_path.name}",
+        "RUN_DIR": str(tmp_path),
+        "PORT": str(free_port()),
+    }
+    environ.pop("CELERY_BROKER_URL", None)
+    environ.update(overrides)
+    return environ
+
+
+class Stack:
+    def __init__(self, environ: dict[str, str]) -> None:
+        self.port = environ["PORT"]
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [sys.executable, str(DEVSTACK)],
+            cwd=ROOT,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float = 90) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.output)
+            if match:
+                return match
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"{pattern!r} never appeared:\n{self.output}")
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    drop_database()
+    running = Stack(stack_env(tmp_path))
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.wait()
+        drop_database()
+
+
+def log_in(stack: Stack, email: str, password: str) -> str:
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(stack.url("/admin/login/")).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token
+    form = urllib.parse.urlencode(
+        {
+            "username": email,
+            "password": password,
+            "csrfmiddlewaretoken": token.group(1),
+            "next": "/admin/",
+        }
+    ).encode()
+    request = urllib.request.Request(stack.url("/admin/login/"), data=form)
+    request.add_header("Referer", stack.url("/admin/login/"))
+    return opener.open(request).read().decode()
+
+
+def test_make_run_starts_web_worker_and_beat_and_ctrl_c_stops_them(stack: Stack) -> None:
+    login = stack.wait_for(r"Operator login: (\S+) / (\S+)")
+    stack.wait_for(r"worker \| .*ready\.")
+    stack.wait_for(r"beat \| .*beat: Starting")
+    assert "Catalogue loaded." in stack.output
+
+    health = json.loads(urllib.request.urlopen(stack.url("/healthz")).read())
+    assert health == {"status": "ok", "database": "ok", "broker": "ok"}
+    desk = log_in(stack, login.group(1), login.group(2))
+    assert "Site administration" in desk
+    assert "Orders" in desk
+
+    children = subprocess.run(
+        ["pgrep", "-P", str(stack.process.pid)], capture_output=True, text=True
+    ).stdout.split()
+    assert len(children) == 3
+
+    stack.process.send_signal(signal.SIGINT)
+    assert stack.process.wait(timeout=30) == 0
+    assert "make run: stopped." in stack.output
+    for pid in children:
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )
+
+
+def test_a_second_start_keeps_the_data_and_the_login(stack: Stack, tmp_path: Path) -> None:
+    first = stack.wait_for(r"Operator login: (\S+ / \S+)").group(1)
+    stack.process.send_signal(signal.SIGINT)
+    stack.process.wait(timeout=30)
+    again = Stack(stack_env(tmp_path, PORT=str(free_port())))
+    try:
+        assert again.wait_for(r"Operator login: (\S+ / \S+)").group(1) == first
+        assert "Catalogue already present" in again.output
+    finally:
+        again.process.send_signal(signal.SIGINT)
+        again.process.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("override", "service"),
+    [
+        ({"DATABASE_URL": "postgres://postgres@127.0.0.1:1/gpulots"}, "PostgreSQL"),
+        ({"REDIS_URL": "redis://127.0.0.1:1/0"}, "Redis"),
+    ],
+)
+def test_it_says_in_one_line_when_a_service_is_down(
+    tmp_path: Path, override: dict[str, str], service: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, str(DEVSTACK)],
+        cwd=ROOT,
+        env=stack_env(tmp_path, **override),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"{service} is not reachable" in lines[0]
+    assert "start it with" in lines[0]

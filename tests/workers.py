@@ -1,0 +1,100 @@
+"""A real Celery worker process for the flows that matter, on the test database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class WorkerProcess:
+    queue: str
+    process: subprocess.Popen[str]
+    output: list[str] = field(default_factory=list)
+
+    def log(self) -> str:
+        return "".join(self.output)
+
+
+def start_worker(timeout: float = 60) -> Iterator[WorkerProcess]:
+    """Start ``celery worker`` on a queue of its own against the current test database."""
+    settings = connection.settings_dict
+    user = settings["USER"] or "postgres"
+    password = f":{settings['PASSWORD']}" if settings["PASSWORD"] else ""
+    database_url = (
+        f"postgres://{user}{password}@{settings['HOST'] or '127.0.0.1'}:"
+        f"{settings['PORT'] or 5432}/{settings['NAME']}"
+    )
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    environ = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DATABASE_CONN_MAX_AGE": "0",
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        "DJANGO_DEBUG": "1",
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool",
+            "solo",
+            "--queues",
+            queue,
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "INFO",
+        ],
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    worker = WorkerProcess(queue=queue, process=process)
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            worker.output.append(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while " ready." not in worker.log():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"the Celery worker did not start:\n{worker.log()}")
+        time.sleep(0.1)
+    try:
+        yield worker
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def wait_for(predicate: object, timeout: float = 30, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(interval)
+    return False
