@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
@@ -74,7 +75,7 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-def database_from_url(url: str) -> dict[str, object]:
+def database_from_url(url: str) -> dict[str, Any]:
     """``postgres://user:password@host:port/name?sslmode=require`` as a DATABASES entry."""
     parsed = urlparse(url)
     if parsed.scheme not in {"postgres", "postgresql"}:

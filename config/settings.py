@@ -79,11 +79,17 @@ TEMPLATES = [
     },
 ]
 
+_database = database_from_url(
+    env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpulots") or ""
+)
+# The order-placing statement is prepared once per connection (reservations.placement);
+# Django's own queries are bound on the client and never prepared. Set 0 behind a pooler
+# in transaction mode (e.g. PgBouncer before 1.21), where prepared statements break.
+if env_bool("DATABASE_PREPARED_STATEMENTS", default=True):
+    _database["OPTIONS"] = {"prepare_threshold": 5, **_database["OPTIONS"]}
 DATABASES = {
     "default": {
-        **database_from_url(
-            env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpulots") or ""
-        ),
+        **_database,
         "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
         "CONN_HEALTH_CHECKS": True,
     }

@@ -9,41 +9,24 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from accounts.models import User
-from reservations import availability
+from reservations import availability, placement
 from reservations.errors import (
     BookingRefused,
     InvalidTransition,
     LotUnavailable,
     refusal,
 )
-from reservations.models import (
-    Environment,
-    HardwareKind,
-    Hold,
-    Hypothesis,
-    Order,
-    OrderEvent,
-    OrderSshKey,
-    Precision,
-    Price,
-    UsageMode,
-    Window,
-    Workload,
-)
-from reservations.ssh_keys import SshKeyError, parse_public_keys
+from reservations.models import HardwareKind, Hold, Order, OrderEvent, OrderSshKey
+from reservations.validation import OrderRequest, ValidRequest, catalogue_refusals, validate
 
 log = logging.getLogger(__name__)
 
@@ -51,42 +34,6 @@ REFERENCE_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
 REFERENCE_LENGTH = 16  # 80 bits: unguessable, so the reference can be the order link's key
 _EXCLUSION_VIOLATION = "23P01"
 _HOLD_ATTEMPTS = 8
-
-TEXT_LIMITS = {
-    "contact_name": 120,
-    "contact_email": 254,
-    "organisation": 160,
-    "contact_phone": 64,
-    "hypothesis_text": 4000,
-    "checkpoints": 4000,
-    "abort_criteria": 4000,
-}
-
-
-@dataclass
-class OrderRequest:
-    """What a researcher asks for; the same fields in the booking form and the API."""
-
-    kind: str
-    lot_count: int
-    window_days: int
-    starts_at: datetime
-    environment: str
-    usage_mode: str
-    hypothesis: str
-    contact_name: str
-    contact_email: str
-    ssh_public_keys: str
-    hypothesis_text: str = ""
-    organisation: str = ""
-    contact_phone: str = ""
-    model_params_billion: Decimal | None = None
-    model_precision: str = ""
-    model_workload: str = ""
-    checkpoints: str = ""
-    abort_criteria: str = ""
-    language: str = "en"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,131 +60,6 @@ def new_reference() -> str:
     return "GL-" + "-".join(body[i : i + 4] for i in range(0, REFERENCE_LENGTH, 4))
 
 
-# --------------------------------------------------------------------------- validation
-
-
-@dataclass
-class _Validated:
-    kind: HardwareKind
-    environment: Environment
-    price: Price
-    keys: list[Any]
-    params: Decimal | None
-
-
-def _validate(request: OrderRequest, now: datetime) -> _Validated:
-    """All checks that need no lock; raises BookingRefused with every field's problem."""
-    errors: dict[str, list[ValidationError]] = {}
-
-    def refuse(name: str, code: str, **params: Any) -> None:
-        errors.setdefault(name, []).append(refusal(code, **params))
-
-    for name, limit in TEXT_LIMITS.items():
-        if len(getattr(request, name) or "") > limit:
-            refuse(name, "too_long", limit=limit)
-    if not (request.contact_name or "").strip():
-        refuse("contact_name", "required")
-    try:
-        validate_email(request.contact_email)
-    except ValidationError:
-        refuse("contact_email", "invalid_email")
-    if request.usage_mode not in UsageMode.values:
-        refuse("usage_mode", "invalid_choice")
-    if request.hypothesis not in Hypothesis.values:
-        refuse("hypothesis", "invalid_choice")
-
-    window_ok = _is_int(request.window_days) and request.window_days in Window.values
-    if not window_ok:
-        refuse("window_days", "invalid_window")
-    lots_ok = _is_int(request.lot_count) and request.lot_count >= 1
-    if not lots_ok:
-        refuse("lot_count", "invalid_lot_count")
-
-    starts_at = request.starts_at
-    if not isinstance(starts_at, datetime) or timezone.is_naive(starts_at):
-        refuse("starts_at", "start_not_aware")
-    elif starts_at < now:
-        refuse("starts_at", "start_in_past")
-    elif starts_at > now + settings.RESERVATION_HORIZON:
-        refuse("starts_at", "start_beyond_horizon", days=settings.RESERVATION_HORIZON.days)
-
-    if request.window_days == Window.THIRTY_DAYS:
-        if not request.checkpoints.strip():
-            refuse("checkpoints", "checkpoints_required")
-        if not request.abort_criteria.strip():
-            refuse("abort_criteria", "abort_criteria_required")
-
-    params = _validate_model_facts(request, refuse)
-
-    keys: list[Any] = []
-    try:
-        keys = parse_public_keys(request.ssh_public_keys or "")
-    except SshKeyError as exc:
-        refuse("ssh_public_keys", exc.code, line=exc.line_number, detail=exc.detail)
-
-    # Catalogue look-ups: one query for kind and price, one for the environment and its
-    # compatibility; the cold paths below only run to explain a refusal.
-    kind: HardwareKind | None = None
-    price = (
-        Price.objects.select_related("kind")
-        .filter(kind__slug=request.kind, kind__is_offered=True, window_days=request.window_days)
-        .first()
-        if window_ok
-        else None
-    )
-    if price is not None:
-        kind = price.kind
-    else:
-        kind = HardwareKind.objects.filter(slug=request.kind, is_offered=True).first()
-        if kind is None:
-            refuse("kind", "unknown_kind")
-        elif window_ok:
-            refuse("window_days", "no_price")
-    environment = (
-        Environment.objects.filter(slug=request.environment, is_offered=True)
-        .annotate(
-            runs_on_kind=Exists(
-                Environment.compatible_kinds.through.objects.filter(
-                    environment=OuterRef("pk"), hardwarekind__slug=request.kind
-                )
-            )
-        )
-        .first()
-    )
-    if environment is None:
-        refuse("environment", "unknown_environment")
-    elif kind is not None and not environment.runs_on_kind:
-        refuse("environment", "incompatible_environment", kind=kind.name)
-
-    if errors:
-        raise BookingRefused(errors)
-    assert kind is not None
-    assert environment is not None
-    assert price is not None
-    return _Validated(kind, environment, price, keys, params)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _validate_model_facts(request: OrderRequest, refuse: Any) -> Decimal | None:
-    params: Decimal | None = None
-    if request.model_params_billion not in (None, ""):
-        try:
-            params = Decimal(str(request.model_params_billion))
-        except InvalidOperation:
-            params = None
-        if params is None or not params.is_finite() or not 0 < params <= 100_000:
-            refuse("model_params_billion", "invalid_params")
-            params = None
-    if request.model_precision and request.model_precision not in Precision.values:
-        refuse("model_precision", "invalid_choice")
-    if request.model_workload and request.model_workload not in Workload.values:
-        refuse("model_workload", "invalid_choice")
-    return params
-
-
 # --------------------------------------------------------------------------- placing
 
 
@@ -253,81 +75,105 @@ def place_order(
     race for a lot makes this function try the next free one.
     """
     now = now or timezone.now()
-    valid = _validate(request, now)
+    valid = validate(request, now)
     for _attempt in range(_HOLD_ATTEMPTS):
+        order, hold, keys, event = _new_rows(request, valid, user, now)
         try:
-            order = _create_order_and_holds(request, valid, user, now)
-        except LotUnavailable:
-            bookable = availability.bookable_lots(valid.kind).count()
-            if request.lot_count > bookable:
-                raise BookingRefused(
-                    {"lot_count": [refusal("too_many_lots", available=bookable)]}
-                ) from None
-            raise LotUnavailable(
-                availability.earliest_start(valid.kind, request.window_days, request.lot_count, now)
-            ) from None
+            placed = _insert(order, hold, keys, event, request)
         except IntegrityError as exc:
-            # Another transaction took one of our lots between our look and our insert.
-            # PostgreSQL made us wait for it and then refused ours: look again, afresh.
+            # Another booking took one of our lots between our look and our insert.
+            # PostgreSQL made us wait for it, then refused ours: look again, afresh.
             if getattr(exc.__cause__, "sqlstate", None) != _EXCLUSION_VIOLATION:
                 raise
             continue
+        if placed is None:
+            break
+        order.pk = placed.id
+        order.kind_id = placed.kind_id
+        order.environment_id = placed.environment_id
+        order.unit_price_usd = placed.unit_price_usd
+        order.total_usd = placed.total_usd
+        order._state.adding = False
+        order._state.db = connection.alias
         log.info("order placed", extra={"order": order.reference, "lots": order.lot_count})
         return order
-    raise LotUnavailable(
-        availability.earliest_start(valid.kind, request.window_days, request.lot_count, now)
+    raise _why_not_placed(request, now)
+
+
+def _insert(
+    order: Order, hold: Hold, keys: list[OrderSshKey], event: OrderEvent, request: OrderRequest
+) -> placement.Placed | None:
+    """The placing statement, atomic on its own; inside a caller's transaction, under a
+    savepoint, so that a lost race does not break the caller's transaction."""
+    if connection.in_atomic_block:
+        with transaction.atomic():
+            return placement.insert_order(
+                order, hold, keys, event, kind=request.kind, environment=request.environment
+            )
+    return placement.insert_order(
+        order, hold, keys, event, kind=request.kind, environment=request.environment
     )
 
 
-def _create_order_and_holds(
-    request: OrderRequest, valid: _Validated, user: User | None, now: datetime
-) -> Order:
-    """One transaction: the order, its holds, its keys, its first audit event."""
+def _why_not_placed(request: OrderRequest, now: datetime) -> Exception:
+    """The catalogue's refusal, too many lots asked for, or capacity gone (and when it is not)."""
+    refusals = catalogue_refusals(request)
+    if refusals:
+        return BookingRefused(refusals)
+    kind = HardwareKind.objects.get(slug=request.kind)
+    bookable = availability.bookable_lots(kind).count()
+    if request.lot_count > bookable:
+        return BookingRefused({"lot_count": [refusal("too_many_lots", available=bookable)]})
+    return LotUnavailable(
+        availability.earliest_start(kind, request.window_days, request.lot_count, now)
+    )
+
+
+def _new_rows(
+    request: OrderRequest, valid: ValidRequest, user: User | None, now: datetime
+) -> tuple[Order, Hold, list[OrderSshKey], OrderEvent]:
+    """The unsaved rows of a new order: the order (its kind, environment and prices come
+    from the catalogue in the placing statement), its hold template, keys, first event."""
     starts_at = request.starts_at
-    period = availability.blocked_period(starts_at, request.window_days)
-    with transaction.atomic():
-        lots = list(
-            availability.free_lots(valid.kind, starts_at, request.window_days)[: request.lot_count]
-        )
-        if len(lots) < request.lot_count:
-            raise LotUnavailable(None)
-        order = Order.objects.create(
-            reference=new_reference(),
-            user=user,
-            language=request.language[:8],
-            contact_name=request.contact_name.strip(),
-            contact_email=request.contact_email.strip(),
-            organisation=request.organisation.strip(),
-            contact_phone=request.contact_phone.strip(),
-            kind=valid.kind,
-            environment=valid.environment,
-            lot_count=request.lot_count,
-            window_days=request.window_days,
-            starts_at=starts_at,
-            ends_at=starts_at + timedelta(days=request.window_days),
-            usage_mode=request.usage_mode,
-            hypothesis=request.hypothesis,
-            hypothesis_text=request.hypothesis_text.strip(),
-            model_params_billion=valid.params,
-            model_precision=request.model_precision,
-            model_workload=request.model_workload,
-            checkpoints=request.checkpoints.strip(),
-            abort_criteria=request.abort_criteria.strip(),
-            unit_price_usd=valid.price.amount_usd,
-            total_usd=valid.price.amount_usd * request.lot_count,
-            hold_expires_at=now + settings.RESERVATION_HOLD_DURATION,
-        )
-        # The exclusion constraint is the arbiter: a concurrent hold on one of these lots
-        # makes this INSERT fail, and the whole transaction with it.
-        Hold.objects.bulk_create(Hold(order=order, lot=lot, period=period) for lot in lots)
-        OrderSshKey.objects.bulk_create(
-            OrderSshKey(
-                order=order, algorithm=k.algorithm, public_key=k.line, fingerprint=k.fingerprint
-            )
-            for k in valid.keys
-        )
-        _record(order, "", Order.STATUS_AWAITING_PAYMENT, Actor.of(user) if user else RESEARCHER)
-    return order
+    order = Order(
+        reference=new_reference(),
+        user=user,
+        status=Order.STATUS_AWAITING_PAYMENT,
+        language=request.language[:8],
+        contact_name=request.contact_name.strip(),
+        contact_email=request.contact_email.strip(),
+        organisation=request.organisation.strip(),
+        contact_phone=request.contact_phone.strip(),
+        lot_count=request.lot_count,
+        window_days=request.window_days,
+        starts_at=starts_at,
+        ends_at=starts_at + timedelta(days=request.window_days),
+        usage_mode=request.usage_mode,
+        hypothesis=request.hypothesis,
+        hypothesis_text=request.hypothesis_text.strip(),
+        model_params_billion=valid.model_params_billion,
+        model_precision=request.model_precision,
+        model_workload=request.model_workload,
+        checkpoints=request.checkpoints.strip(),
+        abort_criteria=request.abort_criteria.strip(),
+        hold_expires_at=now + settings.RESERVATION_HOLD_DURATION,
+        created_at=now,
+        updated_at=now,
+    )
+    hold = Hold(period=availability.blocked_period(starts_at, request.window_days), created_at=now)
+    keys = [
+        OrderSshKey(algorithm=k.algorithm, public_key=k.line, fingerprint=k.fingerprint)
+        for k in valid.keys
+    ]
+    actor = Actor.of(user) if user else RESEARCHER
+    event = OrderEvent(
+        actor=actor.user,
+        actor_label=actor.label[:120],
+        from_status="",
+        to_status=Order.STATUS_AWAITING_PAYMENT,
+        created_at=now,
+    )
+    return order, hold, keys, event
 
 
 # --------------------------------------------------------------------------- transitions

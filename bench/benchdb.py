@@ -1,0 +1,46 @@
+"""Shared set-up for the benchmarks: a fresh database of their own, Django configured for it.
+
+Benchmarks run with DEBUG off (Django records every query when DEBUG is on) against the
+same local PostgreSQL the product uses, in a database named after the benchmark.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def fresh_database(name: str) -> None:
+    """Drop and recreate database ``name``, point Django at it, migrate."""
+    import psycopg
+    from psycopg import sql
+
+    os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.setdefault("DJANGO_SECRET_KEY", "benchmark-only-not-a-secret")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ["LOG_LEVEL"] = "WARNING"
+    host = os.environ.get("BENCH_PGHOST", "127.0.0.1")
+    with psycopg.connect(host=host, user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    os.environ["DATABASE_URL"] = f"postgres://postgres@{host}:5432/{name}"
+
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2

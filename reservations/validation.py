@@ -1,0 +1,173 @@
+"""What a booking asks for, and every check it must pass before anything is written.
+
+The checks here need no database, with one exception kept off the hot path: when a
+request is refused, the catalogue is consulted too, so that the researcher learns about
+every problem at once (an unknown kind as well as a missing name). On the happy path the
+catalogue is checked inside the placing statement itself (see ``placement``), where the
+price is also read, atomically with the insert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import connection
+from django.utils import timezone
+
+from reservations.errors import BookingRefused, refusal
+from reservations.models import Hypothesis, Precision, UsageMode, Window, Workload
+from reservations.ssh_keys import PublicKey, SshKeyError, parse_public_keys
+
+TEXT_LIMITS = {
+    "contact_name": 120,
+    "contact_email": 254,
+    "organisation": 160,
+    "contact_phone": 64,
+    "hypothesis_text": 4000,
+    "checkpoints": 4000,
+    "abort_criteria": 4000,
+}
+
+Errors = dict[str, list[ValidationError]]
+
+
+@dataclass
+class OrderRequest:
+    """What a researcher asks for; the same fields in the booking form and the API."""
+
+    kind: str
+    lot_count: int
+    window_days: int
+    starts_at: datetime
+    environment: str
+    usage_mode: str
+    hypothesis: str
+    contact_name: str
+    contact_email: str
+    ssh_public_keys: str
+    hypothesis_text: str = ""
+    organisation: str = ""
+    contact_phone: str = ""
+    model_params_billion: Decimal | str | None = None
+    model_precision: str = ""
+    model_workload: str = ""
+    checkpoints: str = ""
+    abort_criteria: str = ""
+    language: str = "en"
+
+
+@dataclass(frozen=True)
+class ValidRequest:
+    keys: list[PublicKey]
+    model_params_billion: Decimal | None
+
+
+def validate(request: OrderRequest, now: datetime) -> ValidRequest:
+    """Raise BookingRefused naming every problem of ``request``; else its parsed parts."""
+    errors: Errors = {}
+
+    def refuse(name: str, code: str, **params: Any) -> None:
+        errors.setdefault(name, []).append(refusal(code, **params))
+
+    for name, limit in TEXT_LIMITS.items():
+        if len(getattr(request, name) or "") > limit:
+            refuse(name, "too_long", limit=limit)
+    if not (request.contact_name or "").strip():
+        refuse("contact_name", "required")
+    try:
+        validate_email(request.contact_email)
+    except ValidationError:
+        refuse("contact_email", "invalid_email")
+    if request.usage_mode not in UsageMode.values:
+        refuse("usage_mode", "invalid_choice")
+    if request.hypothesis not in Hypothesis.values:
+        refuse("hypothesis", "invalid_choice")
+    if not (_is_int(request.window_days) and request.window_days in Window.values):
+        refuse("window_days", "invalid_window")
+    if not (_is_int(request.lot_count) and request.lot_count >= 1):
+        refuse("lot_count", "invalid_lot_count")
+
+    starts_at = request.starts_at
+    if not isinstance(starts_at, datetime) or timezone.is_naive(starts_at):
+        refuse("starts_at", "start_not_aware")
+    elif starts_at < now:
+        refuse("starts_at", "start_in_past")
+    elif starts_at > now + settings.RESERVATION_HORIZON:
+        refuse("starts_at", "start_beyond_horizon", days=settings.RESERVATION_HORIZON.days)
+
+    if request.window_days == Window.THIRTY_DAYS:
+        if not request.checkpoints.strip():
+            refuse("checkpoints", "checkpoints_required")
+        if not request.abort_criteria.strip():
+            refuse("abort_criteria", "abort_criteria_required")
+
+    params = _model_params(request, refuse)
+
+    keys: list[PublicKey] = []
+    try:
+        keys = parse_public_keys(request.ssh_public_keys or "")
+    except SshKeyError as exc:
+        refuse("ssh_public_keys", exc.code, line=exc.line_number, detail=exc.detail)
+
+    if errors:
+        for name, found in catalogue_refusals(request).items():
+            errors.setdefault(name, []).extend(found)
+        raise BookingRefused(errors)
+    return ValidRequest(keys=keys, model_params_billion=params)
+
+
+_CATALOGUE_SQL = """
+    SELECT kind.name, price.amount_usd IS NOT NULL, env.id IS NOT NULL,
+           EXISTS (SELECT 1 FROM reservations_environment_compatible_kinds AS compat
+                    WHERE compat.environment_id = env.id AND compat.hardwarekind_id = kind.id)
+      FROM (VALUES (1)) AS one (x)
+      LEFT JOIN reservations_hardwarekind AS kind ON kind.slug = %s AND kind.is_offered
+      LEFT JOIN reservations_price AS price
+             ON price.kind_id = kind.id AND price.window_days = %s
+      LEFT JOIN reservations_environment AS env ON env.slug = %s AND env.is_offered
+"""
+
+
+def catalogue_refusals(request: OrderRequest) -> Errors:
+    """Why the catalogue refuses this kind, window and environment (empty: it does not)."""
+    window = request.window_days if _is_int(request.window_days) else 0
+    with connection.cursor() as cursor:
+        cursor.execute(_CATALOGUE_SQL, [str(request.kind), window, str(request.environment)])
+        kind_name, priced, environment_exists, compatible = cursor.fetchone()
+    errors: Errors = {}
+    if kind_name is None:
+        errors["kind"] = [refusal("unknown_kind")]
+    elif not priced and window in Window.values:
+        errors["window_days"] = [refusal("no_price")]
+    if not environment_exists:
+        errors["environment"] = [refusal("unknown_environment")]
+    elif kind_name is not None and not compatible:
+        errors["environment"] = [refusal("incompatible_environment", kind=kind_name)]
+    return errors
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _model_params(request: OrderRequest, refuse: Any) -> Decimal | None:
+    params: Decimal | None = None
+    if request.model_params_billion not in (None, ""):
+        try:
+            params = Decimal(str(request.model_params_billion))
+        except InvalidOperation:
+            params = None
+        if params is None or not params.is_finite() or not 0 < params <= 100_000:
+            refuse("model_params_billion", "invalid_params")
+            params = None
+    if request.model_precision and request.model_precision not in Precision.values:
+        refuse("model_precision", "invalid_choice")
+    if request.model_workload and request.model_workload not in Workload.values:
+        refuse("model_workload", "invalid_choice")
+    return params

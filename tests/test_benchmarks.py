@@ -1,0 +1,43 @@
+"""The benchmarks keep running: each prints one JSON line, and the race one judges itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_bench(script: str, *args: str) -> tuple[int, dict[str, object]]:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, result.stdout + result.stderr
+    return result.returncode, json.loads(lines[0])
+
+
+def test_the_booking_race_never_overbooks() -> None:
+    code, report = run_bench("booking_race.py", "--clients", "12", "--capacity", "3")
+    assert code == 0, report
+    assert report["succeeded"] == 3
+    assert report["unavailable"] == 9
+    assert (report["overbooked"], report["orphans"], report["errors"]) == (0, 0, 0)
+
+
+def test_the_throughput_benchmark_reports_both_rates() -> None:
+    code, report = run_bench("booking_throughput.py", "--rounds", "1", "--per-round", "20")
+    assert code == 0
+    orders = float(str(report["orders_per_second"]))
+    inserts = float(str(report["bare_inserts_per_second"]))
+    assert orders > 0
+    assert inserts > 0
+    assert float(str(report["ratio"])) == pytest.approx(orders / inserts, rel=0.01)
