@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
+from reservations.errors import CodedError
 from reservations.models import HardwareKind, Precision, Workload
 
 INFERENCE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -46,10 +47,8 @@ ASSUMPTIONS = (
 )
 
 
-class AdvisorError(ValueError):
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
+class AdvisorError(CodedError):
+    """Model facts the advisor cannot size."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,11 @@ MESSAGES = {
     "invalid_choice": _("Choose one of the offered options."),
     "invalid_email": _("Enter a valid e-mail address."),
     "invalid_params": _("Give the parameter count in billions, above 0 and at most 100000."),
+    "invalid_precision": _("Choose one of the offered precisions."),
+    "invalid_workload": _("Choose training or inference."),
+    "quantised_training": _(
+        "Quantised int8/int4 weights are for inference; train in fp32, bf16, fp16 or fp8."
+    ),
     "checkpoints_required": _("A 30-day campaign needs defined checkpoints."),
     "abort_criteria_required": _("A 30-day campaign needs abort criteria."),
     "ssh_key_required": _("Add at least one SSH public key."),
@@ -42,6 +47,14 @@ MESSAGES = {
     "lot_unavailable": _("No longer available: not enough free lots for this window."),
     "invalid_transition": _("This order cannot go from %(current)s to %(target)s."),
 }
+
+
+class CodedError(ValueError):
+    """A refusal from a pure function (no database); ``code`` is a key of MESSAGES."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def refusal(code: str, **params: Any) -> ValidationError:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
+from reservations.errors import CodedError
+
 MAX_KEYS = 10
 MIN_RSA_BITS = 2048
 MAX_LINE = 16_384
@@ -38,12 +40,11 @@ _PRIVATE_MARKERS = re.compile(
 _COMMENT_OK = re.compile(r"^[\x20-\x7e]{0,200}$")
 
 
-class SshKeyError(ValueError):
-    """A key that cannot be used; ``code`` is one of the error codes in reservations.errors."""
+class SshKeyError(CodedError):
+    """A key that cannot be used, and on which line of what was pasted."""
 
     def __init__(self, code: str, line_number: int | None = None, detail: str = "") -> None:
         super().__init__(code)
-        self.code = code
         self.line_number = line_number
         self.detail = detail
 

@@ -66,3 +66,10 @@ def test_it_states_its_assumptions(inventory: Inventory) -> None:
     assumptions = " ".join(advise(7, "bf16", "training").assumptions)
     assert "16 B/param" in assumptions
     assert "+20 %" in assumptions
+
+
+def test_every_refusal_code_has_a_message() -> None:
+    from reservations.errors import MESSAGES
+
+    for code in ("invalid_params", "quantised_training", "invalid_precision", "invalid_workload"):
+        assert str(MESSAGES[code])
