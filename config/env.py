@@ -44,7 +44,10 @@ def env_required(name: str, default_when: bool, default: str) -> str:
     if default_when:
         READ[name] = default
         return default
-    raise ImproperlyConfigured(f"{name} must be set (or {name}_FILE pointing at a file holding it)")
+    raise ImproperlyConfigured(
+        f"{name} must be set (or {name}_FILE pointing at a file holding it); "
+        "for local development, set DJANGO_DEBUG=1 instead"
+    )
 
 
 def env_bool(name: str, default: bool) -> bool:

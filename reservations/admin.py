@@ -172,6 +172,17 @@ class OrderAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Order | None = None) -> bool:
         return False
 
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # Nothing here is edited by hand, so no save buttons.
+        context = {"show_save": False, "show_save_and_continue": False, **(extra_context or {})}
+        return super().changeform_view(request, object_id, form_url, context)
+
     @admin.action(description="Cancel selected orders (asks for a reason)")
     def cancel_orders(self, request: HttpRequest, queryset: QuerySet[Order]) -> HttpResponse | None:
         form = CancelForm(request.POST if "reason" in request.POST else None)

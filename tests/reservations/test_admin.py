@@ -60,6 +60,7 @@ def test_an_order_shows_its_holds_keys_and_history_read_only(
     assert "SHA256:" in html
     assert "awaiting_payment" in html
     assert 'name="status"' not in html  # no bare status edits: services only
+    assert 'name="_save"' not in html
 
 
 def test_the_search_finds_an_order_by_reference_and_email(
