@@ -12,7 +12,6 @@ from datetime import timedelta
 from pathlib import Path
 
 from celery.schedules import crontab
-from django.utils.translation import gettext_lazy as _
 
 from config.env import (
     database_from_url,
@@ -29,6 +28,8 @@ DEBUG = env_bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env_required(
     "DJANGO_SECRET_KEY", default_when=DEBUG, default="insecure-local-development-key-only"
 )
+SITE_URL = (env_str("SITE_URL", "http://127.0.0.1:8000") or "").rstrip("/")
+"""Where the site is reached from outside: links in e-mails start with it."""
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
@@ -74,6 +75,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.i18n",
+                "config.context_processors.languages",
             ],
         },
     },
@@ -114,12 +116,13 @@ CACHES = {
 }
 
 LANGUAGE_CODE = "en"
-LANGUAGES = [("en", _("English")), ("de", _("German")), ("fr", _("French"))]
+LANGUAGES = [("en", "English"), ("de", "Deutsch"), ("fr", "Français")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("DJANGO_STATIC_ROOT", str(BASE_DIR / "var" / "static")) or "")
 STORAGES = {
@@ -147,6 +150,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
+CSRF_FAILURE_VIEW = "config.views.csrf_failure"
+LOGIN_URL = "accounts:sign_in"
 
 # --- E-mail: console in development, SMTP when EMAIL_HOST is set. ---
 EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
@@ -186,6 +191,8 @@ RESERVATION_TURNAROUND = timedelta(hours=env_int("RESERVATION_TURNAROUND_HOURS",
 """Blocked after each booking of a lot before the next may start (wipe, re-image, checks)."""
 RESERVATION_HORIZON = timedelta(days=env_int("RESERVATION_HORIZON_DAYS", 180, minimum=1))
 """How far ahead a window may start."""
+RESERVATION_HANDOVER_HOUR = env_int("RESERVATION_HANDOVER_HOUR", 12, minimum=0)
+"""Windows booked in the browser start at this hour (UTC) of the chosen day."""
 RESERVATION_HOLD_DURATION = timedelta(minutes=env_int("RESERVATION_HOLD_MINUTES", 120, minimum=1))
 """How long an unpaid order keeps its lots."""
 

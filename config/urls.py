@@ -1,6 +1,6 @@
+from django.conf.urls.i18n import i18n_patterns
 from django.contrib import admin
-from django.urls import path
-from django.views.generic import RedirectView
+from django.urls import include, path
 
 from config.health import health
 
@@ -8,8 +8,10 @@ admin.site.site_header = "GPU lots — operator desk"
 admin.site.site_title = "GPU lots"
 
 urlpatterns = [
-    # The booking pages arrive with the booking issue; until then the operator desk is home.
-    path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("healthz", health, name="health"),
 ]
+urlpatterns += i18n_patterns(
+    path("", include("reservations.urls")),
+    path("account/", include("accounts.urls")),
+)

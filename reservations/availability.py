@@ -8,7 +8,8 @@ this module calls free is exactly what the exclusion constraint will accept.
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -16,6 +17,17 @@ from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: i
 from django.db.models import Count, Q, QuerySet
 
 from reservations.models import HardwareKind, Hold, Lot
+
+
+def handover(day: date) -> datetime:
+    """When a window booked for ``day`` starts: the handover hour, UTC."""
+    return datetime.combine(day, time(hour=settings.RESERVATION_HANDOVER_HOUR), tzinfo=UTC)
+
+
+def next_handover(moment: datetime) -> datetime:
+    """The first handover at or after ``moment``."""
+    at = handover(moment.astimezone(UTC).date())
+    return at if at >= moment else at + timedelta(days=1)
 
 
 def blocked_period(starts_at: datetime, window_days: int) -> DateTimeTZRange:
@@ -67,12 +79,15 @@ def earliest_start(
     not_before: datetime,
     *,
     horizon: timedelta | None = None,
+    align: Callable[[datetime], datetime] | None = None,
 ) -> datetime | None:
     """The earliest start at or after ``not_before`` with ``lot_count`` lots free for the window.
 
     Capacity only ever frees up where a hold's blocked range ends, so the candidates are
-    ``not_before`` and those ends. None when no start within the horizon works (or when the
-    kind has fewer lots than asked for).
+    ``not_before`` and those ends (moved by ``align`` to the next allowed start, e.g.
+    ``next_handover``: if an aligned start works, so does the one aligned from the last end
+    before it). None when no start within the horizon works (or when the kind has fewer lots
+    than asked for).
     """
     horizon = settings.RESERVATION_HORIZON if horizon is None else horizon
     lot_ids = list(bookable_lots(kind).values_list("pk", flat=True))
@@ -88,7 +103,10 @@ def earliest_start(
         ends.add(period.upper)
     latest = not_before + horizon
     length = timedelta(days=window_days) + settings.RESERVATION_TURNAROUND
-    for candidate in sorted({not_before, *ends}):
+    candidates = {not_before, *ends}
+    if align is not None:
+        candidates = {align(candidate) for candidate in candidates}
+    for candidate in sorted(candidates):
         if candidate > latest:
             break
         stop = candidate + length

@@ -45,6 +45,12 @@ MESSAGES = {
     "ssh_key_invalid": _("Line %(line)s is not a usable SSH public key: %(detail)s."),
     "ssh_key_weak": _("Line %(line)s: %(detail)s."),
     "lot_unavailable": _("No longer available: not enough free lots for this window."),
+    "lot_unavailable_until": _(
+        "Not enough free lots for this window. The earliest start with enough lots is %(day)s."
+    ),
+    "no_start_within_horizon": _(
+        "Not enough free lots for this window within the booking horizon."
+    ),
     "invalid_transition": _("This order cannot go from %(current)s to %(target)s."),
 }
 

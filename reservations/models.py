@@ -224,6 +224,11 @@ class Order(models.Model):
     """Statuses in which the order's holds count against capacity."""
 
     reference = models.CharField(max_length=32, unique=True, editable=False)
+    secret = models.CharField(
+        max_length=32,
+        editable=False,
+        help_text=_("The key in the order page's link; the reference alone opens nothing"),
+    )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

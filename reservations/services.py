@@ -55,6 +55,10 @@ def system(task: str) -> Actor:
     return Actor(f"system: {task}")
 
 
+def new_secret() -> str:
+    return secrets.token_urlsafe(16)  # 128 bits
+
+
 def new_reference() -> str:
     body = "".join(secrets.choice(REFERENCE_ALPHABET) for _ in range(REFERENCE_LENGTH))
     return "GL-" + "-".join(body[i : i + 4] for i in range(0, REFERENCE_LENGTH, 4))
@@ -137,6 +141,7 @@ def _new_rows(
     starts_at = request.starts_at
     order = Order(
         reference=new_reference(),
+        secret=new_secret(),
         user=user,
         status=Order.STATUS_AWAITING_PAYMENT,
         language=request.language[:8],

@@ -70,20 +70,27 @@ class ValidRequest:
 
 def validate(request: OrderRequest, now: datetime) -> ValidRequest:
     """Raise BookingRefused naming every problem of ``request``; else its parsed parts."""
+    errors, params = plan_errors(request, now)
+    contact, keys = contact_errors(request)
+    for name, found in contact.items():
+        errors.setdefault(name, []).extend(found)
+    if errors:
+        for name, found in catalogue_refusals(request).items():
+            errors.setdefault(name, []).extend(found)
+        raise BookingRefused(errors)
+    return ValidRequest(keys=keys, model_params_billion=params)
+
+
+def plan_errors(request: OrderRequest, now: datetime) -> tuple[Errors, Decimal | None]:
+    """Problems with what is booked (kind aside: see ``catalogue_refusals``), and the
+    parsed parameter count."""
     errors: Errors = {}
 
     def refuse(name: str, code: str, **params: Any) -> None:
         errors.setdefault(name, []).append(refusal(code, **params))
 
-    for name, limit in TEXT_LIMITS.items():
-        if len(getattr(request, name) or "") > limit:
-            refuse(name, "too_long", limit=limit)
-    if not (request.contact_name or "").strip():
-        refuse("contact_name", "required")
-    try:
-        validate_email(request.contact_email)
-    except ValidationError:
-        refuse("contact_email", "invalid_email")
+    if len(request.hypothesis_text or "") > TEXT_LIMITS["hypothesis_text"]:
+        refuse("hypothesis_text", "too_long", limit=TEXT_LIMITS["hypothesis_text"])
     if request.usage_mode not in UsageMode.values:
         refuse("usage_mode", "invalid_choice")
     if request.hypothesis not in Hypothesis.values:
@@ -92,7 +99,6 @@ def validate(request: OrderRequest, now: datetime) -> ValidRequest:
         refuse("window_days", "invalid_window")
     if not (_is_int(request.lot_count) and request.lot_count >= 1):
         refuse("lot_count", "invalid_lot_count")
-
     starts_at = request.starts_at
     if not isinstance(starts_at, datetime) or timezone.is_naive(starts_at):
         refuse("starts_at", "start_not_aware")
@@ -100,26 +106,37 @@ def validate(request: OrderRequest, now: datetime) -> ValidRequest:
         refuse("starts_at", "start_in_past")
     elif starts_at > now + settings.RESERVATION_HORIZON:
         refuse("starts_at", "start_beyond_horizon", days=settings.RESERVATION_HORIZON.days)
+    return errors, _model_params(request, refuse)
 
+
+def contact_errors(request: OrderRequest) -> tuple[Errors, list[PublicKey]]:
+    """Problems with who books and how they log in (and, for 30 days, the campaign plan),
+    and the parsed SSH keys."""
+    errors: Errors = {}
+
+    def refuse(name: str, code: str, **params: Any) -> None:
+        errors.setdefault(name, []).append(refusal(code, **params))
+
+    for name, limit in TEXT_LIMITS.items():
+        if name != "hypothesis_text" and len(getattr(request, name) or "") > limit:
+            refuse(name, "too_long", limit=limit)
+    if not (request.contact_name or "").strip():
+        refuse("contact_name", "required")
+    try:
+        validate_email(request.contact_email)
+    except ValidationError:
+        refuse("contact_email", "invalid_email")
     if request.window_days == Window.THIRTY_DAYS:
-        if not request.checkpoints.strip():
+        if not (request.checkpoints or "").strip():
             refuse("checkpoints", "checkpoints_required")
-        if not request.abort_criteria.strip():
+        if not (request.abort_criteria or "").strip():
             refuse("abort_criteria", "abort_criteria_required")
-
-    params = _model_params(request, refuse)
-
     keys: list[PublicKey] = []
     try:
         keys = parse_public_keys(request.ssh_public_keys or "")
     except SshKeyError as exc:
         refuse("ssh_public_keys", exc.code, line=exc.line_number, detail=exc.detail)
-
-    if errors:
-        for name, found in catalogue_refusals(request).items():
-            errors.setdefault(name, []).extend(found)
-        raise BookingRefused(errors)
-    return ValidRequest(keys=keys, model_params_billion=params)
+    return errors, keys
 
 
 _CATALOGUE_SQL = """

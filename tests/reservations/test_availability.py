@@ -81,3 +81,25 @@ def test_no_start_when_the_kind_has_too_few_lots_or_the_horizon_is_passed(
     assert earliest_start(inventory.b200, 3, 2, soon) is None
     place_order(make_request(kind="b200", window_days=30, checkpoints="c", abort_criteria="a"))
     assert earliest_start(inventory.b200, 3, 1, soon, horizon=timedelta(days=10)) is None
+
+
+def test_starts_aligned_to_the_handover_hour_skip_what_does_not_fit(
+    inventory: Inventory, make_request: RequestFactory, soon: datetime, settings: object
+) -> None:
+    from reservations.availability import handover, next_handover
+
+    settings.RESERVATION_HANDOVER_HOUR = 12  # type: ignore[attr-defined]
+    day = (soon + timedelta(days=1)).date()
+    first = place_order(make_request(kind="b200", window_days=3, starts_at=handover(day)))
+    # Frees at 18:00 on day+3 (window end 12:00 + 6 h turnaround): next handover is day+4.
+    assert earliest_start(inventory.b200, 3, 1, handover(day), align=next_handover) == handover(
+        day + timedelta(days=4)
+    )
+    # A booking on day+5 leaves day+4 too short for a 3-day window; the answer moves past it.
+    place_order(
+        make_request(kind="b200", window_days=3, starts_at=handover(day + timedelta(days=5)))
+    )
+    assert earliest_start(inventory.b200, 3, 1, handover(day), align=next_handover) == handover(
+        day + timedelta(days=9)
+    )
+    assert first.starts_at.hour == 12

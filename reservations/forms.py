@@ -1,0 +1,248 @@
+"""The booking steps' forms. They parse and type; the rules are the services' (validation)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.translation import gettext_lazy as _
+
+from config.forms import AccessibleForm
+from reservations import availability
+from reservations.errors import refusal
+from reservations.models import (
+    Environment,
+    HardwareKind,
+    Hypothesis,
+    Precision,
+    UsageMode,
+    Window,
+    Workload,
+)
+from reservations.validation import (
+    TEXT_LIMITS,
+    Errors,
+    OrderRequest,
+    catalogue_refusals,
+    contact_errors,
+    plan_errors,
+)
+
+FIELD_FOR = {"starts_at": "start_date"}
+"""Where a service's refusal is shown when the form names the field differently."""
+
+
+def add_refusals(form: forms.Form, errors: Errors) -> None:
+    for name, found in errors.items():
+        field = FIELD_FOR.get(name, name)
+        for error in found:
+            form.add_error(field if field in form.fields else None, error)
+
+
+def capacity_refusals(request: OrderRequest) -> Errors:
+    """Too many lots asked for, or too few free for the window (with the next start)."""
+    kind = HardwareKind.objects.get(slug=request.kind)
+    bookable = availability.bookable_lots(kind).count()
+    if request.lot_count > bookable:
+        return {"lot_count": [refusal("too_many_lots", available=bookable)]}
+    free = availability.free_lots(kind, request.starts_at, request.window_days).count()
+    if free >= request.lot_count:
+        return {}
+    next_start = availability.earliest_start(
+        kind,
+        request.window_days,
+        request.lot_count,
+        request.starts_at,
+        align=availability.next_handover,
+    )
+    if next_start is None:
+        return {"starts_at": [refusal("no_start_within_horizon")]}
+    return {"starts_at": [refusal("lot_unavailable_until", day=date_format(next_start.date()))]}
+
+
+def _blank(label: str) -> list[tuple[str, str]]:
+    return [("", label)]
+
+
+class PlanForm(AccessibleForm):
+    """Step 1: what is booked, when, and the question it should answer."""
+
+    kind = forms.ChoiceField(label=_("Hardware"), widget=forms.RadioSelect)
+    lot_count = forms.IntegerField(
+        label=_("Number of lots (two cards each)"), min_value=1, max_value=64, initial=1
+    )
+    window_days = forms.TypedChoiceField(
+        label=_("Window"),
+        choices=Window.choices,
+        coerce=int,
+        widget=forms.RadioSelect,
+        initial=Window.SEVEN_DAYS,
+    )
+    start_date = forms.DateField(
+        label=_("Start date"),
+        widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
+        input_formats=["%Y-%m-%d"],
+    )
+    environment = forms.ChoiceField(label=_("Environment"))
+    usage_mode = forms.ChoiceField(
+        label=_("How the two cards are used"),
+        choices=UsageMode.choices,
+        widget=forms.RadioSelect,
+        initial=UsageMode.DISTRIBUTED,
+    )
+    hypothesis = forms.ChoiceField(
+        label=_("Your hypothesis"), choices=Hypothesis.choices, widget=forms.RadioSelect
+    )
+    hypothesis_text = forms.CharField(
+        label=_("In your words"),
+        required=False,
+        max_length=TEXT_LIMITS["hypothesis_text"],
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("What result would confirm or refute it?"),
+    )
+    model_params_billion = forms.DecimalField(
+        label=_("Parameters (billions)"),
+        required=False,
+        min_value=Decimal("0.001"),
+        max_value=Decimal("100000"),
+        decimal_places=3,
+        localize=False,
+        widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
+    )
+    model_precision = forms.ChoiceField(
+        label=_("Precision"), required=False, choices=_blank("—") + list(Precision.choices)
+    )
+    model_workload = forms.ChoiceField(
+        label=_("Training or inference"),
+        required=False,
+        choices=_blank("—") + list(Workload.choices),
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kinds = HardwareKind.objects.filter(is_offered=True)
+        self.fields["kind"].choices = [(k.slug, k.name) for k in kinds]  # type: ignore[attr-defined]
+        environments = Environment.objects.filter(is_offered=True)
+        self.fields["environment"].choices = [  # type: ignore[attr-defined]
+            (e.slug, e.name) for e in environments
+        ]
+        today = timezone.now().date()
+        widget = self.fields["start_date"].widget
+        widget.attrs["min"] = today.isoformat()
+        widget.attrs["max"] = (today + settings.RESERVATION_HORIZON).isoformat()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        request = self.order_request(data)
+        errors, _params = plan_errors(request, timezone.now())
+        errors.update(catalogue_refusals(request))
+        if not errors:
+            errors.update(capacity_refusals(request))
+        add_refusals(self, errors)
+        return data
+
+    @staticmethod
+    def order_request(data: dict[str, Any], **contact: Any) -> OrderRequest:
+        start: date = data["start_date"]
+        fields = {
+            "kind": data["kind"],
+            "lot_count": data["lot_count"],
+            "window_days": data["window_days"],
+            "starts_at": availability.handover(start),
+            "environment": data["environment"],
+            "usage_mode": data["usage_mode"],
+            "hypothesis": data["hypothesis"],
+            "hypothesis_text": data.get("hypothesis_text") or "",
+            "model_params_billion": data.get("model_params_billion"),
+            "model_precision": data.get("model_precision") or "",
+            "model_workload": data.get("model_workload") or "",
+            "contact_name": "",
+            "contact_email": "",
+            "ssh_public_keys": "",
+        }
+        fields.update(contact)
+        return OrderRequest(**fields)
+
+    @staticmethod
+    def default_start() -> date:
+        """Tomorrow: the earliest day whose handover is surely ahead."""
+        return timezone.now().date() + timedelta(days=1)
+
+
+class ContactForm(AccessibleForm):
+    """Step 2: who books, how they log in; for 30 days, the campaign's plan."""
+
+    contact_name = forms.CharField(label=_("Name"), max_length=TEXT_LIMITS["contact_name"])
+    contact_email = forms.EmailField(label=_("E-mail"), max_length=TEXT_LIMITS["contact_email"])
+    organisation = forms.CharField(
+        label=_("Organisation"), required=False, max_length=TEXT_LIMITS["organisation"]
+    )
+    contact_phone = forms.CharField(
+        label=_("Phone or messenger (optional)"),
+        required=False,
+        max_length=TEXT_LIMITS["contact_phone"],
+    )
+    ssh_public_keys = forms.CharField(
+        label=_("SSH public keys"),
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "autocomplete": "off"}),
+        help_text=_("One per line, as in ~/.ssh/id_ed25519.pub. Never paste a private key."),
+    )
+    checkpoints = forms.CharField(
+        label=_("Checkpoints"),
+        required=False,
+        max_length=TEXT_LIMITS["checkpoints"],
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("When, and what you will have measured by then."),
+    )
+    abort_criteria = forms.CharField(
+        label=_("Abort criteria"),
+        required=False,
+        max_length=TEXT_LIMITS["abort_criteria"],
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("What result ends the campaign early."),
+    )
+
+    def __init__(self, *args: Any, window_days: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.window_days = window_days
+        if window_days != Window.THIRTY_DAYS:
+            del self.fields["checkpoints"]
+            del self.fields["abort_criteria"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        request = OrderRequest(
+            kind="",
+            lot_count=1,
+            window_days=self.window_days,
+            starts_at=timezone.now(),
+            environment="",
+            usage_mode="",
+            hypothesis="",
+            contact_name=data.get("contact_name", ""),
+            contact_email=data.get("contact_email", ""),
+            organisation=data.get("organisation", ""),
+            contact_phone=data.get("contact_phone", ""),
+            ssh_public_keys=data.get("ssh_public_keys", ""),
+            checkpoints=data.get("checkpoints", ""),
+            abort_criteria=data.get("abort_criteria", ""),
+        )
+        errors, _keys = contact_errors(request)
+        add_refusals(self, errors)
+        return data
+
+    def refused_a_private_key(self) -> bool:
+        return any(
+            isinstance(error, ValidationError) and error.code == "ssh_private_key"
+            for error in self.errors.as_data().get("ssh_public_keys", [])
+        )

@@ -1,0 +1,109 @@
+"""What the booking form shows as it changes: price, availability and the advisor's answer.
+
+Read-only, a handful of queries, safe to call on every keystroke.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.utils import timezone
+
+from reservations import availability
+from reservations.advisor import Advice, AdvisorError, advise
+from reservations.models import Environment, HardwareKind, Price, Window
+
+
+@dataclass(frozen=True)
+class Quote:
+    kind: HardwareKind | None
+    window_days: int | None
+    lot_count: int
+    starts_at: datetime | None
+    unit_price_usd: Decimal | None = None
+    total_usd: Decimal | None = None
+    per_card_day_usd: Decimal | None = None
+    free_lots: int | None = None
+    bookable_lots: int | None = None
+    next_start: datetime | None = None
+    environment_ok: bool | None = None
+    environment: Environment | None = None
+    advice: Advice | None = None
+    advice_error: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.free_lots is not None and self.free_lots >= self.lot_count
+
+    @property
+    def too_many_lots(self) -> bool:
+        return self.bookable_lots is not None and self.lot_count > self.bookable_lots
+
+
+def quote(
+    *,
+    kind: str,
+    window_days: int | None,
+    lot_count: int,
+    start_date: date | None,
+    environment: str = "",
+    params_billion: Decimal | None = None,
+    precision: str = "",
+    workload: str = "",
+    now: datetime | None = None,
+) -> Quote:
+    """Price, free lots (and the earliest start when too few), environment fit, advice."""
+    now = now or timezone.now()
+    hardware = HardwareKind.objects.filter(slug=kind, is_offered=True).first()
+    window = window_days if window_days in Window.values else None
+    lot_count = max(lot_count, 1)
+    starts_at = availability.handover(start_date) if start_date else None
+    advice, advice_error = _advice(params_billion, precision, workload)
+    if hardware is None:
+        return Quote(None, window, lot_count, starts_at, advice=advice, advice_error=advice_error)
+
+    price = Price.objects.filter(kind=hardware, window_days=window).first() if window else None
+    env = Environment.objects.filter(slug=environment, is_offered=True).first()
+    result: dict[str, Any] = dict(
+        kind=hardware,
+        window_days=window,
+        lot_count=lot_count,
+        starts_at=starts_at,
+        environment=env,
+        environment_ok=(
+            None if env is None else env.compatible_kinds.filter(pk=hardware.pk).exists()
+        ),
+        advice=advice,
+        advice_error=advice_error,
+        bookable_lots=availability.bookable_lots(hardware).count(),
+    )
+    if price is not None and window is not None:
+        result.update(
+            unit_price_usd=price.amount_usd,
+            total_usd=price.amount_usd * lot_count,
+            per_card_day_usd=(price.amount_usd / (window * hardware.cards_per_lot)).quantize(
+                Decimal("0.01")
+            ),
+        )
+    if window is not None and starts_at is not None and starts_at >= now:
+        free = availability.free_lots(hardware, starts_at, window).count()
+        result["free_lots"] = free
+        if free < lot_count:
+            result["next_start"] = availability.earliest_start(
+                hardware, window, lot_count, starts_at, align=availability.next_handover
+            )
+    return Quote(**result)
+
+
+def _advice(
+    params_billion: Decimal | None, precision: str, workload: str
+) -> tuple[Advice | None, str | None]:
+    if params_billion is None or not precision or not workload:
+        return None, None
+    try:
+        return advise(params_billion, precision, workload), None
+    except AdvisorError as exc:
+        return None, exc.code

@@ -1,0 +1,22 @@
+"""Amounts in US dollars, written the way the page's language writes them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import template
+from django.utils import formats
+from django.utils.translation import get_language
+
+register = template.Library()
+
+
+@register.filter
+def usd(value: Decimal | int | float | None, places: int = 2) -> str:
+    """``$1,130.00`` in English, ``1.130,00 $`` in German, ``1 130,00 $`` in French."""
+    if value is None or value == "":
+        return ""
+    number = formats.number_format(Decimal(value), places, use_l10n=True, force_grouping=True)
+    if (get_language() or "en").startswith("en"):
+        return f"${number}"
+    return f"{number}\u00a0$"

@@ -1,0 +1,15 @@
+from django.urls import path
+
+from reservations import views
+
+app_name = "reservations"
+
+urlpatterns = [
+    path("", views.landing, name="landing"),
+    path("book/", views.book_plan, name="book_plan"),
+    path("book/quote/", views.book_quote, name="book_quote"),
+    path("book/contact/", views.book_contact, name="book_contact"),
+    path("book/review/", views.book_review, name="book_review"),
+    path("book/next-start/", views.book_next_start, name="book_next_start"),
+    path("orders/<str:reference>/<str:secret>/", views.order_detail, name="order"),
+]

@@ -1,0 +1,250 @@
+"""The researcher's pages: landing, the three booking steps, the live quote, the order page.
+
+Views parse, call one service and render. The booking draft lives in the session until
+the order is placed; nothing is written to the database before the review is confirmed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import date, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import get_language
+from django.views.decorators.http import require_GET, require_http_methods
+
+from reservations import availability, services
+from reservations.errors import BookingRefused, LotUnavailable
+from reservations.forms import ContactForm, PlanForm
+from reservations.models import Environment, HardwareKind, Order, Window
+from reservations.quotes import quote
+from reservations.tasks import send_order_placed
+
+DRAFT = "booking"
+RECENT = "recent_orders"
+
+
+def landing(request: HttpRequest) -> HttpResponse:
+    """What a lot is and is not, the windows, the kinds with prices and what is free soon."""
+    starts_at = availability.handover(PlanForm.default_start())
+    free = availability.free_lot_counts(starts_at, Window.SEVEN_DAYS)
+    bookable = availability.bookable_lot_counts()
+    kinds = list(HardwareKind.objects.filter(is_offered=True).prefetch_related("prices"))
+    for kind in kinds:
+        kind.price_by_window = {p.window_days: p.amount_usd for p in kind.prices.all()}  # type: ignore[attr-defined]
+        kind.free_lots = free.get(kind.pk, 0)  # type: ignore[attr-defined]
+        kind.bookable_lots = bookable.get(kind.pk, 0)  # type: ignore[attr-defined]
+    return render(
+        request,
+        "reservations/landing.html",
+        {"kinds": kinds, "windows": Window, "availability_start": starts_at},
+    )
+
+
+# --------------------------------------------------------------------------- step 1: plan
+
+
+@require_http_methods(["GET", "POST"])
+def book_plan(request: HttpRequest) -> HttpResponse:
+    draft = request.session.get(DRAFT, {})
+    if request.method == "POST":
+        form = PlanForm(request.POST)
+        refresh_only = "refresh" in request.POST  # the no-JavaScript "update the quote"
+        if form.is_valid() and not refresh_only:
+            draft["plan"] = _plain(form.cleaned_data)
+            request.session[DRAFT] = draft
+            return redirect("reservations:book_contact")
+    else:
+        initial = draft.get("plan") or {
+            "start_date": PlanForm.default_start().isoformat(),
+            "kind": request.GET.get("kind", ""),
+            "window_days": request.GET.get("window", Window.SEVEN_DAYS),
+        }
+        form = PlanForm(initial=initial)
+    return render(
+        request,
+        "reservations/book_plan.html",
+        {
+            "form": form,
+            "quote": _quote_from(form.data or form.initial),
+            "step": 1,
+            "handover_hour": settings.RESERVATION_HANDOVER_HOUR,
+        },
+    )
+
+
+@require_GET
+def book_quote(request: HttpRequest) -> HttpResponse:
+    """The live part of step 1: price, availability, advice, for what the form holds now."""
+    return render(request, "reservations/_quote.html", {"quote": _quote_from(request.GET)})
+
+
+def _quote_from(data: Any) -> Any:
+    return quote(
+        kind=str(data.get("kind") or ""),
+        window_days=_int(data.get("window_days")),
+        lot_count=_int(data.get("lot_count")) or 1,
+        start_date=_date(data.get("start_date")),
+        environment=str(data.get("environment") or ""),
+        params_billion=_decimal(data.get("model_params_billion")),
+        precision=str(data.get("model_precision") or ""),
+        workload=str(data.get("model_workload") or ""),
+    )
+
+
+# --------------------------------------------------------------------------- step 2: contact
+
+
+@require_http_methods(["GET", "POST"])
+def book_contact(request: HttpRequest) -> HttpResponse:
+    draft = request.session.get(DRAFT, {})
+    if "plan" not in draft:
+        return redirect("reservations:book_plan")
+    window_days = int(draft["plan"]["window_days"])
+    if request.method == "POST":
+        form = ContactForm(request.POST, window_days=window_days)
+        if form.is_valid():
+            draft["contact"] = _plain(form.cleaned_data)
+            request.session[DRAFT] = draft
+            return redirect("reservations:book_review")
+        if form.refused_a_private_key():
+            # Never send a private key back to the browser, not even to the same person.
+            scrubbed = request.POST.copy()
+            scrubbed["ssh_public_keys"] = ""
+            form.data = scrubbed
+    else:
+        initial = draft.get("contact") or _account_contact(request)
+        form = ContactForm(initial=initial, window_days=window_days)
+    return render(request, "reservations/book_contact.html", {"form": form, "step": 2})
+
+
+def _account_contact(request: HttpRequest) -> dict[str, str]:
+    if request.user.is_authenticated:
+        return {"contact_email": request.user.email, "contact_name": request.user.get_full_name()}
+    return {}
+
+
+# --------------------------------------------------------------------------- step 3: review
+
+
+@require_http_methods(["GET", "POST"])
+def book_review(request: HttpRequest) -> HttpResponse:
+    draft = request.session.get(DRAFT, {})
+    if "plan" not in draft:
+        return redirect("reservations:book_plan")
+    if "contact" not in draft:
+        return redirect("reservations:book_contact")
+    plan_form = PlanForm(draft["plan"])
+    if not plan_form.is_valid():  # the draft went stale (a date passed, a price vanished)
+        stale = {"form": plan_form, "step": 1, "quote": _quote_from(draft["plan"])}
+        return render(request, "reservations/book_plan.html", stale)
+    order_request = PlanForm.order_request(
+        plan_form.cleaned_data, **draft["contact"], language=get_language() or "en"
+    )
+    context: dict[str, Any] = {
+        "plan": plan_form.cleaned_data,
+        "contact": draft["contact"],
+        "kind": HardwareKind.objects.get(slug=order_request.kind),
+        "environment": Environment.objects.get(slug=order_request.environment),
+        "quote": _quote_from(draft["plan"]),
+        "starts_at": order_request.starts_at,
+        "ends_at": order_request.starts_at + timedelta(days=order_request.window_days),
+        "step": 3,
+    }
+    if request.method == "POST":
+        user = request.user if request.user.is_authenticated else None
+        try:
+            order = services.place_order(order_request, user=user)
+        except LotUnavailable as exc:
+            context["taken"] = exc
+            context["next_date"] = exc.next_start.date() if exc.next_start else None
+        except BookingRefused as exc:
+            context["refusals"] = exc.messages
+        else:
+            transaction.on_commit(lambda: send_order_placed.delay(order.pk))
+            del request.session[DRAFT]
+            request.session[RECENT] = [order.reference, *request.session.get(RECENT, [])][:20]
+            return redirect(order_url(order))
+    return render(request, "reservations/book_review.html", context)
+
+
+@require_http_methods(["POST"])
+def book_next_start(request: HttpRequest) -> HttpResponse:
+    """ "Just taken": move the draft to the next free start the review page offered."""
+    draft = request.session.get(DRAFT, {})
+    day = _date(request.POST.get("start_date"))
+    if "plan" in draft and day:
+        draft["plan"]["start_date"] = day.isoformat()
+        request.session[DRAFT] = draft
+    return redirect("reservations:book_review")
+
+
+# --------------------------------------------------------------------------- the order
+
+
+def order_url(order: Order) -> str:
+    return reverse("reservations:order", args=[order.reference, order.secret])
+
+
+def order_detail(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    """The order page, for whoever holds its link (the reference alone opens nothing)."""
+    order = get_object_or_404(
+        Order.objects.select_related("kind", "environment"), reference=reference
+    )
+    if not secrets.compare_digest(order.secret.encode(), secret.encode()):
+        raise Http404
+    return render(
+        request,
+        "reservations/order_detail.html",
+        {
+            "order": order,
+            "holds": order.holds.select_related("lot__host"),
+            "ssh_keys": order.ssh_keys.all(),
+            "now": timezone.now(),
+        },
+    )
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    """Cleaned form data as the session can keep it (JSON)."""
+    plain: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, date):
+            plain[key] = value.isoformat()
+        elif isinstance(value, Decimal):
+            plain[key] = str(value)
+        elif value is not None:
+            plain[key] = value
+    return plain
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _date(value: Any) -> date | None:
+    try:
+        return date.fromisoformat(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _decimal(value: Any) -> Decimal | None:
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, TypeError, ValueError):
+        return None
+    return number if number.is_finite() and number > 0 else None
