@@ -124,8 +124,11 @@ class PlanForm(AccessibleForm):
         choices=_blank("—") + list(Workload.choices),
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, check_capacity: bool = True, **kwargs: Any) -> None:
+        """``check_capacity``: also refuse when too few lots are free (the plan step does;
+        the review leaves that to placing the order, which says "just taken")."""
         super().__init__(*args, **kwargs)
+        self.check_capacity = check_capacity
         kinds = HardwareKind.objects.filter(is_offered=True)
         self.fields["kind"].choices = [(k.slug, k.name) for k in kinds]  # type: ignore[attr-defined]
         environments = Environment.objects.filter(is_offered=True)
@@ -144,7 +147,7 @@ class PlanForm(AccessibleForm):
         request = self.order_request(data)
         errors, _params = plan_errors(request, timezone.now())
         errors.update(catalogue_refusals(request))
-        if not errors:
+        if not errors and self.check_capacity:
             errors.update(capacity_refusals(request))
         add_refusals(self, errors)
         return data
@@ -219,8 +222,6 @@ class ContactForm(AccessibleForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if self.errors:
-            return data
         request = OrderRequest(
             kind="",
             lot_count=1,
@@ -238,7 +239,10 @@ class ContactForm(AccessibleForm):
             abort_criteria=data.get("abort_criteria", ""),
         )
         errors, _keys = contact_errors(request)
-        add_refusals(self, errors)
+        # Fields the form already refused (and so left out of ``data``) keep that one error.
+        add_refusals(
+            self, {name: found for name, found in errors.items() if name not in self.errors}
+        )
         return data
 
     def refused_a_private_key(self) -> bool:

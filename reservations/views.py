@@ -141,7 +141,7 @@ def book_review(request: HttpRequest) -> HttpResponse:
         return redirect("reservations:book_plan")
     if "contact" not in draft:
         return redirect("reservations:book_contact")
-    plan_form = PlanForm(draft["plan"])
+    plan_form = PlanForm(draft["plan"], check_capacity=False)
     if not plan_form.is_valid():  # the draft went stale (a date passed, a price vanished)
         stale = {"form": plan_form, "step": 1, "quote": _quote_from(draft["plan"])}
         return render(request, "reservations/book_plan.html", stale)
@@ -163,8 +163,16 @@ def book_review(request: HttpRequest) -> HttpResponse:
         try:
             order = services.place_order(order_request, user=user)
         except LotUnavailable as exc:
+            # The service's next start is the earliest instant; the pages book whole days.
+            next_start = availability.earliest_start(
+                context["kind"],
+                order_request.window_days,
+                order_request.lot_count,
+                order_request.starts_at,
+                align=availability.next_handover,
+            )
             context["taken"] = exc
-            context["next_date"] = exc.next_start.date() if exc.next_start else None
+            context["next_date"] = next_start.date() if next_start else None
         except BookingRefused as exc:
             context["refusals"] = exc.messages
         else:

@@ -97,3 +97,16 @@ def celery_worker(django_db_setup: None, django_db_blocker: object) -> Iterator[
     """A real worker process, started once per test session (after the test database)."""
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         yield from start_worker()
+
+
+@pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    """Run Celery tasks in the calling process (for page tests; flows that matter use a
+    real worker, see tests/workers.py)."""
+    from config.celery import app
+
+    app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = False
