@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # Local defaults; any of them can be overridden from the environment.
 export DJANGO_DEBUG ?= 1
 
-.PHONY: help install run test lint typecheck bench clean
+.PHONY: help install system-packages run test lint typecheck bench clean
 
 help:
 	@echo "make run    start web, worker and beat on local PostgreSQL and Redis"
@@ -32,8 +32,12 @@ lint: install
 typecheck: install
 	$(BIN)/mypy .
 
-test: install lint typecheck
+system-packages:
+	@bash scripts/system-packages.sh
+
+test: install system-packages lint typecheck
 	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
+	CELERY_BROKER_URL=$${TEST_BROKER_URL:-redis://127.0.0.1:6379/14} \
 	CELERY_TASK_DEFAULT_QUEUE=gpulots-test \
 	$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -41,4 +45,4 @@ bench: install
 	@set -e; for script in bench/*.py; do $(BIN)/python $$script; done
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var test-artifacts .pytest_cache .mypy_cache .ruff_cache

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
@@ -18,9 +20,15 @@ def _database() -> str:
     return "ok"
 
 
+@lru_cache(maxsize=4)
+def _redis(url: str) -> Redis:
+    """One client (and its connection pool) per broker URL, not one per request."""
+    return Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+
+
 def _broker() -> str:
     try:
-        Redis.from_url(str(settings.CELERY_BROKER_URL), socket_timeout=1).ping()
+        _redis(str(settings.CELERY_BROKER_URL)).ping()
     except (RedisError, OSError) as exc:
         return f"error: {type(exc).__name__}"
     return "ok"

@@ -6,15 +6,18 @@ the order is placed; nothing is written to the database before the review is con
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from datetime import date, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import get_language
@@ -31,20 +34,32 @@ DRAFT = "booking"
 RECENT = "recent_orders"
 
 
+LANDING_SECONDS = 15
+"""How long the landing page's catalogue table (prices, free lots) is reused."""
+
+
 def landing(request: HttpRequest) -> HttpResponse:
-    """What a lot is and is not, the windows, the kinds with prices and what is free soon."""
+    """What a lot is and is not, the windows, the kinds with prices and what is free soon.
+
+    The table is a template fragment cached per language for LANDING_SECONDS; the kinds are
+    only looked up when it is rendered anew (the template calls ``kinds``).
+    """
     starts_at = availability.handover(PlanForm.default_start())
-    free = availability.free_lot_counts(starts_at, Window.SEVEN_DAYS)
-    bookable = availability.bookable_lot_counts()
-    kinds = list(HardwareKind.objects.filter(is_offered=True).prefetch_related("prices"))
-    for kind in kinds:
-        kind.price_by_window = {p.window_days: p.amount_usd for p in kind.prices.all()}  # type: ignore[attr-defined]
-        kind.free_lots = free.get(kind.pk, 0)  # type: ignore[attr-defined]
-        kind.bookable_lots = bookable.get(kind.pk, 0)  # type: ignore[attr-defined]
+
+    def kinds() -> list[HardwareKind]:
+        free = availability.free_lot_counts(starts_at, Window.SEVEN_DAYS)
+        bookable = availability.bookable_lot_counts()
+        offered = list(HardwareKind.objects.filter(is_offered=True).prefetch_related("prices"))
+        for kind in offered:
+            kind.price_by_window = {p.window_days: p.amount_usd for p in kind.prices.all()}  # type: ignore[attr-defined]
+            kind.free_lots = free.get(kind.pk, 0)  # type: ignore[attr-defined]
+            kind.bookable_lots = bookable.get(kind.pk, 0)  # type: ignore[attr-defined]
+        return offered
+
     return render(
         request,
         "reservations/landing.html",
-        {"kinds": kinds, "windows": Window, "availability_start": starts_at},
+        {"kinds": kinds, "availability_start": starts_at, "cache_seconds": LANDING_SECONDS},
     )
 
 
@@ -80,10 +95,35 @@ def book_plan(request: HttpRequest) -> HttpResponse:
     )
 
 
+QUOTE_SECONDS = 5
+"""How long one form state's quote is reused (placing the order re-checks everything)."""
+QUOTE_FIELDS = (
+    "kind",
+    "lot_count",
+    "window_days",
+    "start_date",
+    "environment",
+    "model_params_billion",
+    "model_precision",
+    "model_workload",
+)
+
+
 @require_GET
 def book_quote(request: HttpRequest) -> HttpResponse:
-    """The live part of step 1: price, availability, advice, for what the form holds now."""
-    return render(request, "reservations/_quote.html", {"quote": _quote_from(request.GET)})
+    """The live part of step 1: price, availability, advice, for what the form holds now.
+
+    Rendered fragments are shared for QUOTE_SECONDS between everyone asking about the same
+    form state in the same language."""
+    state = "&".join(f"{name}={request.GET.get(name, '')[:40]}" for name in QUOTE_FIELDS)
+    key = "quote:" + hashlib.sha256(f"{get_language()}|{state}".encode()).hexdigest()
+    html = cache.get(key)
+    if html is None:
+        html = render_to_string(
+            "reservations/_quote.html", {"quote": _quote_from(request.GET)}, request
+        )
+        cache.set(key, html, QUOTE_SECONDS)
+    return HttpResponse(html)
 
 
 def _quote_from(data: Any) -> Any:
@@ -203,9 +243,8 @@ def order_url(order: Order) -> str:
 
 def order_detail(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
     """The order page, for whoever holds its link (the reference alone opens nothing)."""
-    order = get_object_or_404(
-        Order.objects.select_related("kind", "environment"), reference=reference
-    )
+    # Kind, environment and keys are read only when the cached summary is rendered anew.
+    order = get_object_or_404(Order, reference=reference)
     if not secrets.compare_digest(order.secret.encode(), secret.encode()):
         raise Http404
     return render(
@@ -213,8 +252,7 @@ def order_detail(request: HttpRequest, reference: str, secret: str) -> HttpRespo
         "reservations/order_detail.html",
         {
             "order": order,
-            "holds": order.holds.select_related("lot__host"),
-            "ssh_keys": order.ssh_keys.all(),
+            "ssh_keys": order.ssh_keys.all(),  # read only when the summary is rendered anew
             "now": timezone.now(),
         },
     )

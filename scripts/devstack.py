@@ -166,7 +166,8 @@ def main() -> int:
         processes[name] = process
         threading.Thread(target=pump, args=(name, process.stdout), daemon=True).start()
 
-    print(f"\nGPU lots is running: http://{host}:{port}/admin/  ·  health: /healthz")
+    print(f"\nGPU lots is running: http://{host}:{port}/")
+    print(f"Operator desk: http://{host}:{port}/admin/  ·  health: /healthz")
     print(f"{login}\nCtrl-C stops web, worker and beat.\n", flush=True)
 
     stopping = threading.Event()

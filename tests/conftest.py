@@ -110,3 +110,12 @@ def eager_tasks() -> Iterator[None]:
         yield
     finally:
         app.conf.task_always_eager = False
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> Iterator[None]:
+    """Cached page fragments never leak from one test into the next."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield

@@ -43,7 +43,7 @@ def stack_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         **os.environ,
         "DJANGO_DEBUG": "1",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
-        "REDIS_URL": "redis://127.0.0.1:6379/14",
+        "REDIS_URL": "redis://127.0.0.1:6379/12",
         "CELERY_TASK_DEFAULT_QUEUE": f"devstack-{tmp_path.name}",
         "RUN_DIR": str(tmp_path),
         "PORT": str(free_port()),

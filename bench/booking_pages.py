@@ -1,0 +1,190 @@
+"""The booking pages under load, against the real server as ``make run`` starts it.
+
+Starts scripts/devstack.py (gunicorn, worker, beat) on a database of its own, places one
+order, then drives three pages with 16 concurrent keep-alive clients: the landing page, the
+booking form's live update (the quote) and the order page. One JSON line: requests per
+second and p50/p95 latency per page. Target: p95 under 50 ms for each.
+
+The quote is measured twice: "quote" with 16 clients each repeating its own form state (a
+fragment is reused for 5 s, as when researchers pause on a choice), and "quote_uncached"
+where every request is a form state never seen before (nothing reused), for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import date, timedelta
+
+from benchdb import ROOT, fresh_database
+
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHYRHhEGbyZH3Bu5Kvq+fbY34OnhAE+pRyQNyOi6s9F7 bench"
+DATABASE = "gpulots_bench_pages"
+TARGET_P95_MS = 50.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def quote_path(day: date, client: int, request: int) -> str:
+    """The live update for one form state; distinct (client, request) pairs never repeat."""
+    lots = 1 + client % 2
+    window = (3, 7, 30)[client % 3]
+    start = day + timedelta(days=client // 2)
+    params = f"{6 + request / 1000:.3f}"  # the model size a researcher is still typing
+    return (
+        f"/en/book/quote/?kind=h200&lot_count={lots}&window_days={window}"
+        f"&start_date={start.isoformat()}&environment=pytorch-2.9-cuda-12.8"
+        f"&model_params_billion={params}&model_precision=bf16&model_workload=training"
+    )
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def client(port: int, paths: list[str], latencies: list[float]) -> None:
+    """One keep-alive connection asking for ``paths`` in turn."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for path in paths:
+            started = time.perf_counter()
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            await writer.drain()
+            status = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            await reader.readexactly(length)
+            latencies.append((time.perf_counter() - started) * 1000)
+            if not status.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"{path}: {status!r}")
+    finally:
+        writer.close()
+
+
+async def drive(port: int, paths: list[list[str]]) -> dict[str, float]:
+    """One client per list of paths, all at once; latency of every request."""
+    await asyncio.gather(*(client(port, mine[:3], []) for mine in paths))  # warm-up
+    latencies: list[float] = []
+    started = time.perf_counter()
+    await asyncio.gather(*(client(port, mine, latencies) for mine in paths))
+    seconds = time.perf_counter() - started
+    return {
+        "rps": round(len(latencies) / seconds, 1),
+        "p50_ms": round(percentile(latencies, 0.50), 2),
+        "p95_ms": round(percentile(latencies, 0.95), 2),
+        "requests": len(latencies),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=100, help="per client and page")
+    args = parser.parse_args()
+
+    fresh_database(DATABASE)
+    from django.db import connections
+    from django.utils import timezone
+
+    from reservations.availability import handover
+    from reservations.catalogue import load_catalogue
+    from reservations.services import OrderRequest, place_order
+
+    load_catalogue(demo_inventory=True)
+    day = (timezone.now() + timedelta(days=3)).date()
+    order = place_order(
+        OrderRequest(
+            kind="h200",
+            lot_count=2,
+            window_days=7,
+            starts_at=handover(day),
+            environment="pytorch-2.9-cuda-12.8",
+            usage_mode="distributed",
+            hypothesis="shorter_step",
+            contact_name="Bench",
+            contact_email="bench@example.org",
+            ssh_public_keys=SSH_KEY,
+        )
+    )
+    connections.close_all()
+
+    port = free_port()
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DJANGO_SECRET_KEY", "LOG_LEVEL"}
+    }
+    environ.update(
+        DJANGO_DEBUG="1",
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
+        REDIS_URL=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
+        CELERY_TASK_DEFAULT_QUEUE="bench-pages",
+        PORT=str(port),
+        RUN_DIR=tempfile.mkdtemp(prefix="bench-pages-"),
+    )
+    stack = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "devstack.py")],
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or stack.poll() is not None:
+                    raise RuntimeError("the server did not start") from None
+                time.sleep(0.3)
+        n, clients = args.requests, range(args.clients)
+        pages = {
+            "landing": [["/en/"] * n for _ in clients],
+            # Each client edits its own form: 16 distinct states, each asked again and again.
+            "quote": [[quote_path(day, c, 0)] * n for c in clients],
+            # Every request a form state never seen before: no fragment can be reused.
+            "quote_uncached": [[quote_path(day, c, i) for i in range(n)] for c in clients],
+            "order": [[f"/en/orders/{order.reference}/{order.secret}/"] * n for _ in clients],
+        }
+        results = {name: asyncio.run(drive(port, paths)) for name, paths in pages.items()}
+    finally:
+        stack.send_signal(signal.SIGINT)
+        try:
+            stack.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            stack.kill()
+    report = {
+        "bench": "booking_pages",
+        "clients": args.clients,
+        **results,
+        "target_p95_ms": TARGET_P95_MS,
+        "meets_target": all(
+            results[name]["p95_ms"] < TARGET_P95_MS for name in ("landing", "quote", "order")
+        ),
+    }
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Real headless Chromium (Debian's package) driven by Playwright, against a live server.
+
+Screenshots of every step land in test-artifacts/browser/ (CI keeps them as artefacts).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Playwright's sync API runs an event loop in the test's thread; the ORM calls the tests
+# make are still plain synchronous code.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
+DESKTOP = {"width": 1280, "height": 1800}
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `apt-get install chromium` (make test does it)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield launched
+        launched.close()
+
+
+class Shots:
+    """Numbered screenshots for one test."""
+
+    def __init__(self, folder: Path) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        self.folder = folder
+        self.count = 0
+
+    def __call__(self, page: Page, name: str) -> None:
+        self.count += 1
+        page.screenshot(path=str(self.folder / f"{self.count:02d}-{name}.png"))
+
+
+@pytest.fixture
+def shots(request: pytest.FixtureRequest) -> Shots:
+    return Shots(ARTIFACTS / re.sub(r"[^\w.-]+", "_", request.node.name))
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport=DESKTOP)  # type: ignore[arg-type]
+    opened = context.new_page()
+    opened.set_default_timeout(15_000)
+    yield opened
+    context.close()
+
+
+@pytest.fixture
+def phone(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)  # type: ignore[arg-type]
+    opened = context.new_page()
+    opened.set_default_timeout(15_000)
+    yield opened
+    context.close()

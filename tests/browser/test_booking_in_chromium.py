@@ -1,0 +1,168 @@
+"""A researcher books in a real browser, in each language, on a desktop and on a phone."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core import mail
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from reservations.models import Order
+from tests.browser.conftest import Shots
+from tests.conftest import build_inventory, openssh_public_key
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
+
+WORDS = {
+    "en": {
+        "book": "Book lots",
+        "paid": "I've paid",
+        "total": "$2,260.00",
+        "status": "awaiting payment",
+    },
+    "de": {
+        "book": "Lose buchen",
+        "paid": "Ich habe bezahlt",
+        "total": "2.260,00\u00a0$",
+        "status": "wartet auf Zahlung",
+    },
+    "fr": {
+        "book": "Réserver des lots",
+        "paid": "J’ai payé",
+        "total": "2\u00a0260,00\u00a0$",
+        "status": "en attente de paiement",
+    },
+}
+
+
+def start_date(days: int = 5) -> str:
+    return (timezone.now().date() + timedelta(days=days)).isoformat()
+
+
+def fill_plan(page: Page, lots: str = "2") -> None:
+    page.check("input[name=kind][value=h200]")
+    page.fill("#id_lot_count", lots)
+    page.check("input[name=window_days][value='7']")
+    page.fill("#id_start_date", start_date())
+    page.select_option("#id_environment", "pytorch-2.9-cuda-12.8")
+    page.check("input[name=hypothesis][value=shorter_step]")
+    page.fill("#id_hypothesis_text", "Two H200 halve the step time of our 13B fine-tune.")
+    page.fill("#id_model_params_billion", "13")
+    page.select_option("#id_model_precision", "bf16")
+    page.select_option("#id_model_workload", "training")
+
+
+def fill_contact(page: Page, key: str) -> None:
+    page.fill("#id_contact_name", "Ada <b>Lovelace</b>")
+    page.fill("#id_contact_email", "ada@example.org")
+    page.fill("#id_organisation", "Analytical Engines")
+    page.fill("#id_ssh_public_keys", key)
+
+
+def submit(page: Page, selector: str = "button.button[type=submit]") -> None:
+    page.wait_for_load_state("networkidle")
+    with page.expect_navigation():
+        page.locator(selector).first.click()
+
+
+@pytest.mark.parametrize("language", ["en", "de", "fr"])
+def test_a_researcher_books_end_to_end(
+    page: Page, live_server: Any, shots: Shots, eager_tasks: None, language: str
+) -> None:
+    build_inventory()
+    words = WORDS[language]
+    page.goto(f"{live_server.url}/{language}/")
+    expect(page.locator("html")).to_have_attribute("lang", language)
+    shots(page, "landing")
+    page.get_by_role("link", name=words["book"]).first.click()
+
+    fill_plan(page)
+    expect(page.get_by_test_id("total")).to_have_text(words["total"])  # live, no reload
+    expect(page.locator(".advice tr.recommended")).to_contain_text("H200")
+    shots(page, "plan")
+    submit(page)
+
+    fill_contact(page, openssh_public_key())
+    shots(page, "contact")
+    submit(page)
+
+    expect(page.get_by_test_id("total")).to_have_text(words["total"])
+    shots(page, "review")
+    submit(page, "form.actions button[type=submit]")
+
+    order = Order.objects.get()
+    assert page.url.endswith(f"/{language}/orders/{order.reference}/{order.secret}/")
+    expect(page.locator("h1")).to_contain_text(order.reference)
+    expect(page.get_by_test_id("status")).to_have_text(words["status"])
+    expect(page.get_by_role("button", name=words["paid"])).to_be_visible()
+    expect(page.locator("main")).to_contain_text("Ada <b>Lovelace</b>")  # shown as text
+    shots(page, "order")
+    assert (order.language, order.lot_count, order.kind.slug) == (language, 2, "h200")
+    assert len(mail.outbox) == 1
+    assert order.reference in mail.outbox[0].subject
+
+
+def test_the_form_refuses_bad_input_with_visible_messages(
+    page: Page, live_server: Any, shots: Shots
+) -> None:
+    build_inventory()
+    page.goto(f"{live_server.url}/en/book/")
+    page.fill("#id_lot_count", "0")
+    page.fill("#id_start_date", (timezone.now().date() - timedelta(days=2)).isoformat())
+    submit(page)
+    expect(page.locator("#id_lot_count_errors")).to_contain_text("greater than or equal to 1")
+    expect(page.locator("#id_kind_errors")).to_contain_text("This field is required.")
+    expect(page.locator("#id_hypothesis_errors")).to_contain_text("This field is required.")
+    expect(page.locator("#id_lot_count")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#id_lot_count")).to_have_value("0")  # what was typed stays
+    shots(page, "plan-errors")
+
+    fill_plan(page, lots="1")
+    submit(page)
+    private = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    fill_contact(page, private)
+    page.fill("#id_contact_email", "not-an-address")
+    submit(page)
+    expect(page.locator("#id_ssh_public_keys_errors")).to_contain_text("This is a private key")
+    expect(page.locator("#id_ssh_public_keys")).to_have_value("")  # never sent back
+    expect(page.locator("#id_contact_email_errors")).to_be_visible()
+    expect(page.locator("#id_contact_name")).to_have_value("Ada <b>Lovelace</b>")
+    shots(page, "contact-errors")
+    assert Order.objects.count() == 0
+
+
+def test_the_pages_work_at_a_phones_width(phone: Page, live_server: Any, shots: Shots) -> None:
+    build_inventory()
+    for path in ("/fr/", "/fr/book/"):
+        phone.goto(f"{live_server.url}{path}")
+        overflow = phone.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} scrolls sideways by {overflow}px"
+        shots(phone, path.strip("/").replace("/", "-"))
+    fill_plan(phone)
+    expect(phone.get_by_test_id("total")).to_have_text(WORDS["fr"]["total"])
+    submit(phone)
+    fill_contact(phone, openssh_public_key())
+    submit(phone)
+    submit(phone, "form.actions button[type=submit]")
+    expect(phone.get_by_role("button", name=WORDS["fr"]["paid"])).to_be_visible()
+    assert phone.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    shots(phone, "order")
+    assert Order.objects.count() == 1
+
+
+def test_the_booking_form_is_usable_from_the_keyboard(
+    page: Page, live_server: Any, shots: Shots
+) -> None:
+    build_inventory()
+    page.goto(f"{live_server.url}/en/book/")
+    page.focus("input[name=kind][value=b200]")
+    page.keyboard.press("ArrowDown")  # radio groups move with the arrow keys
+    expect(page.locator("input[name=kind][value=h200]")).to_be_checked()
+    page.keyboard.press("Tab")
+    expect(page.locator("#id_lot_count")).to_be_focused()
+    focus_ring = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert focus_ring != "none"
+    shots(page, "keyboard")
