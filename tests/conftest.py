@@ -16,6 +16,13 @@ from reservations.models import HardwareKind, Host, Lot
 from reservations.services import OrderRequest
 from tests.workers import WorkerProcess, start_worker
 
+PRIVATE_KEY = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+    "-----END OPENSSH PRIVATE KEY-----"
+)
+"""The start of an OpenSSH private key, as a researcher might paste it by mistake."""
+
 
 def openssh_public_key(comment: str = "ada@lab") -> str:
     key = ed25519.Ed25519PrivateKey.generate().public_key()
@@ -113,9 +120,8 @@ def eager_tasks() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
+def _fresh_cache() -> None:
     """Cached page fragments never leak from one test into the next."""
     from django.core.cache import cache
 
     cache.clear()
-    yield

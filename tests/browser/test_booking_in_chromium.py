@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from reservations.models import Order
 from tests.browser.conftest import Shots
-from tests.conftest import build_inventory, openssh_public_key
+from tests.conftest import PRIVATE_KEY, build_inventory, openssh_public_key
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
@@ -31,7 +31,7 @@ WORDS = {
     },
     "fr": {
         "book": "Réserver des lots",
-        "paid": "J’ai payé",
+        "paid": "J\u2019ai payé",
         "total": "2\u00a0260,00\u00a0$",
         "status": "en attente de paiement",
     },
@@ -122,8 +122,7 @@ def test_the_form_refuses_bad_input_with_visible_messages(
 
     fill_plan(page, lots="1")
     submit(page)
-    private = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
-    fill_contact(page, private)
+    fill_contact(page, PRIVATE_KEY)
     page.fill("#id_contact_email", "not-an-address")
     submit(page)
     expect(page.locator("#id_ssh_public_keys_errors")).to_contain_text("This is a private key")

@@ -15,7 +15,7 @@ from django.utils import timezone
 from reservations.availability import handover
 from reservations.models import Order
 from reservations.services import place_order
-from tests.conftest import Inventory, RequestFactory, openssh_public_key
+from tests.conftest import PRIVATE_KEY, Inventory, RequestFactory, openssh_public_key
 
 pytestmark = pytest.mark.django_db
 
@@ -199,12 +199,7 @@ def test_a_pasted_private_key_is_refused_and_not_sent_back(
     client: Client, inventory: Inventory
 ) -> None:
     client.post("/en/book/", plan())
-    private = (
-        "-----BEGIN OPENSSH PRIVATE KEY-----\n"
-        "b3BlbnNzaC1rZXktdjEAAAAA\n"
-        "-----END OPENSSH PRIVATE KEY-----"
-    )
-    html = client.post("/en/book/contact/", contact(ssh_public_keys=private)).content.decode()
+    html = client.post("/en/book/contact/", contact(ssh_public_keys=PRIVATE_KEY)).content.decode()
     assert "This is a private key" in field_errors(html, "ssh_public_keys")
     assert "BEGIN OPENSSH" not in html
     assert "b3BlbnNzaC1rZXktdjE" not in html

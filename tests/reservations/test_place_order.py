@@ -12,7 +12,7 @@ from django.utils import timezone
 from reservations.errors import BookingRefused, LotUnavailable
 from reservations.models import Hold, Lot, Order, OrderEvent, OrderSshKey, Price
 from reservations.services import REFERENCE_ALPHABET, place_order
-from tests.conftest import Inventory, RequestFactory, openssh_public_key
+from tests.conftest import PRIVATE_KEY, Inventory, RequestFactory, openssh_public_key
 
 pytestmark = pytest.mark.django_db
 
@@ -155,12 +155,7 @@ def test_it_refuses_an_unknown_kind(make_request: RequestFactory, inventory: Inv
 def test_it_refuses_a_private_key_and_never_stores_it(
     make_request: RequestFactory, inventory: Inventory
 ) -> None:
-    private = (
-        "-----BEGIN OPENSSH PRIVATE KEY-----\n"
-        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
-        "-----END OPENSSH PRIVATE KEY-----"
-    )
-    assert refused_codes(make_request, ssh_public_keys=private) == {
+    assert refused_codes(make_request, ssh_public_keys=PRIVATE_KEY) == {
         "ssh_public_keys": ["ssh_private_key"]
     }
     with connection.cursor() as cursor:
