@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import polib
+import polib  # type: ignore[import-untyped]
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
