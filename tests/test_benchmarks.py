@@ -41,3 +41,13 @@ def test_the_throughput_benchmark_reports_both_rates() -> None:
     assert orders > 0
     assert inserts > 0
     assert float(str(report["ratio"])) == pytest.approx(orders / inserts, rel=0.01)
+
+
+def test_the_pages_benchmark_drives_the_real_server() -> None:
+    code, report = run_bench("booking_pages.py", "--clients", "4", "--requests", "5")
+    assert code == 0
+    for page in ("landing", "quote", "quote_uncached", "order"):
+        figures = report[page]
+        assert isinstance(figures, dict)
+        assert figures["requests"] == 20
+        assert 0 < figures["p50_ms"] <= figures["p95_ms"]
