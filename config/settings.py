@@ -184,6 +184,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "reservations.tasks.expire_unpaid_holds",
         "schedule": crontab(minute="*"),
     },
+    "send-missing-order-mails": {
+        "task": "reservations.tasks.send_missing_order_mails",
+        "schedule": crontab(minute="*"),
+    },
 }
 
 # --- Reservations ---

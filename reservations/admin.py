@@ -127,7 +127,19 @@ class OrderAdmin(admin.ModelAdmin):
     inlines = (HoldInline, SshKeyInline, EventInline)
     actions = ("cancel_orders",)
     fieldsets = (
-        (None, {"fields": ("reference", "status", "user", "language", "created_at")}),
+        (
+            None,
+            {
+                "fields": (
+                    "reference",
+                    "status",
+                    "user",
+                    "language",
+                    "created_at",
+                    "placed_mail_sent_at",
+                )
+            },
+        ),
         ("Contact", {"fields": ("contact_name", "contact_email", "organisation", "contact_phone")}),
         (
             "Booking",

@@ -271,6 +271,9 @@ class Order(models.Model):
     unit_price_usd = models.DecimalField(max_digits=10, decimal_places=2)
     total_usd = models.DecimalField(max_digits=12, decimal_places=2)
     hold_expires_at = models.DateTimeField()
+    placed_mail_sent_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("When the order's link was mailed; empty: not yet")
+    )
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime, timedelta
+
 from django.conf import settings
+from django.db import transaction
 from django.urls import reverse
-from django.utils import translation
+from django.utils import timezone, translation
 
 from config.mail import send_templated
 from reservations.models import Order
+
+log = logging.getLogger(__name__)
 
 
 def order_link(order: Order) -> str:
@@ -20,3 +26,58 @@ def send_order_placed(order: Order) -> None:
     """The order's link and what was booked; the link is how a guest comes back."""
     context = {"order": order, "link": order_link(order)}
     send_templated("order_placed", context, order.contact_email, order.language)
+
+
+def send_order_placed_once(order_id: int) -> bool:
+    """Mail the order's link if nobody has yet; True if this call sent it.
+
+    The row is locked while the mail goes out, so two workers never both send it; a crash
+    after sending and before commit sends it again (at least once, never silently none).
+    """
+    with transaction.atomic():
+        # Locks: this order's row.
+        order = (
+            Order.objects.select_for_update(of=("self",))
+            .select_related("kind", "environment")
+            .filter(pk=order_id, placed_mail_sent_at__isnull=True)
+            .first()
+        )
+        if order is None:
+            return False
+        send_order_placed(order)
+        Order.objects.filter(pk=order.pk).update(placed_mail_sent_at=timezone.now())
+    return True
+
+
+MAIL_CATCH_UP = timedelta(days=2)
+"""Orders older than this without a mail are left to the operator (the link is in the admin)."""
+
+
+def send_missing_order_mails(*, now: datetime | None = None) -> int:
+    """Send the link of every order placed in the last two days but not mailed yet."""
+    now = now or timezone.now()
+    pending = Order.objects.filter(
+        placed_mail_sent_at__isnull=True,
+        created_at__gte=now - MAIL_CATCH_UP,
+        created_at__lte=now - timedelta(minutes=1),  # leave fresh orders to their own task
+    ).values_list("pk", flat=True)
+    return sum(1 for order_id in pending if send_order_placed_once(order_id))
+
+
+def enqueue_order_placed(order: Order) -> None:
+    """After commit, hand the mail to a worker; if the broker is away, the beat catch-up
+    sends it later. Placing the order never fails because of mail."""
+
+    def enqueue() -> None:
+        from reservations.tasks import send_order_placed as task
+
+        try:
+            task.delay(order.pk)
+        except Exception:  # any broker failure: the database still says "not mailed"
+            log.warning(
+                "order mail not queued; the catch-up will send it",
+                exc_info=True,
+                extra={"order": order.reference},
+            )
+
+    transaction.on_commit(enqueue)

@@ -7,7 +7,6 @@ from smtplib import SMTPException
 from celery import shared_task
 
 from reservations import notifications, services
-from reservations.models import Order
 
 
 @shared_task(name="reservations.tasks.expire_unpaid_holds", acks_late=True)
@@ -22,7 +21,14 @@ def expire_unpaid_holds() -> int:
     retry_backoff=True,
     max_retries=8,
 )
-def send_order_placed(order_id: int) -> None:
-    """Mail the order's link. Retried with backoff while the mail server is away."""
-    order = Order.objects.select_related("kind", "environment").get(pk=order_id)
-    notifications.send_order_placed(order)
+def send_order_placed(order_id: int) -> bool:
+    """Mail the order's link, unless it was mailed already. Retried with backoff while the
+    mail server is away; a lost message is caught up by ``send_missing_order_mails``."""
+    return notifications.send_order_placed_once(order_id)
+
+
+@shared_task(name="reservations.tasks.send_missing_order_mails", acks_late=True)
+def send_missing_order_mails() -> int:
+    """Beat: mail every recent order whose link was never mailed (broker down when it was
+    placed, task lost, worker killed)."""
+    return notifications.send_missing_order_mails()

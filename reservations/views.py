@@ -14,7 +14,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -23,12 +22,11 @@ from django.utils import timezone
 from django.utils.translation import get_language
 from django.views.decorators.http import require_GET, require_http_methods
 
-from reservations import availability, services
+from reservations import availability, notifications, services
 from reservations.errors import BookingRefused, LotUnavailable
 from reservations.forms import ContactForm, PlanForm
 from reservations.models import Environment, HardwareKind, Order, Window
 from reservations.quotes import quote
-from reservations.tasks import send_order_placed
 
 DRAFT = "booking"
 RECENT = "recent_orders"
@@ -216,7 +214,7 @@ def book_review(request: HttpRequest) -> HttpResponse:
         except BookingRefused as exc:
             context["refusals"] = exc.messages
         else:
-            transaction.on_commit(lambda: send_order_placed.delay(order.pk))
+            notifications.enqueue_order_placed(order)
             del request.session[DRAFT]
             request.session[RECENT] = [order.reference, *request.session.get(RECENT, [])][:20]
             return redirect(order_url(order))

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from reservations.models import Hold, Order
 from reservations.services import place_order
-from reservations.tasks import expire_unpaid_holds
+from reservations.tasks import expire_unpaid_holds, send_missing_order_mails
 from tests.conftest import RequestFactory, build_inventory
 from tests.workers import WorkerProcess, wait_for
 
@@ -37,8 +37,12 @@ def test_a_real_worker_expires_unpaid_orders(
     assert "succeeded" in celery_worker.log()
 
 
-def test_beat_runs_the_expiry_every_minute() -> None:
-    entry = settings.CELERY_BEAT_SCHEDULE["expire-unpaid-holds"]
-    assert entry["task"] == expire_unpaid_holds.name
-    schedule: Any = entry["schedule"]
-    assert schedule.minute == set(range(60))
+def test_beat_catches_up_every_minute() -> None:
+    for name, task in [
+        ("expire-unpaid-holds", expire_unpaid_holds),
+        ("send-missing-order-mails", send_missing_order_mails),
+    ]:
+        entry = settings.CELERY_BEAT_SCHEDULE[name]
+        assert entry["task"] == task.name
+        schedule: Any = entry["schedule"]
+        assert schedule.minute == set(range(60))
