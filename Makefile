@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # Local defaults; any of them can be overridden from the environment.
 export DJANGO_DEBUG ?= 1
 
-.PHONY: help install system-packages run test lint typecheck bench clean
+.PHONY: help install system-packages run test lint typecheck messages bench clean
 
 help:
 	@echo "make run    start web, worker and beat on local PostgreSQL and Redis"
@@ -40,6 +40,10 @@ test: install system-packages lint typecheck
 	CELERY_BROKER_URL=$${TEST_BROKER_URL:-redis://127.0.0.1:6379/14} \
 	CELERY_TASK_DEFAULT_QUEUE=gpulots-test \
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+messages: install
+	$(BIN)/python manage.py makemessages -l de -l fr --no-obsolete --ignore=.venv --ignore=tests --ignore=bench
+	$(BIN)/python manage.py compilemessages --ignore=.venv
 
 bench: install
 	@set -e; for script in bench/*.py; do $(BIN)/python $$script; done

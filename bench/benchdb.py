@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,3 +45,24 @@ def median(values: list[float]) -> float:
     if len(ordered) % 2:
         return ordered[middle]
     return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHYRHhEGbyZH3Bu5Kvq+fbY34OnhAE+pRyQNyOi6s9F7 bench"
+
+
+def h200_request(starts_at: Any, *, lot_count: int, window_days: int, name: str = "Bench") -> Any:
+    """An order for H200 lots as the benchmarks place them (call after fresh_database)."""
+    from reservations.services import OrderRequest
+
+    return OrderRequest(
+        kind="h200",
+        lot_count=lot_count,
+        window_days=window_days,
+        starts_at=starts_at,
+        environment="pytorch-2.9-cuda-12.8",
+        usage_mode="distributed",
+        hypothesis="shorter_step",
+        contact_name=name,
+        contact_email="bench@example.org",
+        ssh_public_keys=SSH_KEY,
+    )

@@ -25,9 +25,8 @@ import time
 import urllib.request
 from datetime import date, timedelta
 
-from benchdb import ROOT, fresh_database
+from benchdb import ROOT, fresh_database, h200_request
 
-SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHYRHhEGbyZH3Bu5Kvq+fbY34OnhAE+pRyQNyOi6s9F7 bench"
 DATABASE = "gpulots_bench_pages"
 TARGET_P95_MS = 50.0
 
@@ -106,24 +105,11 @@ def main() -> int:
 
     from reservations.availability import handover
     from reservations.catalogue import load_catalogue
-    from reservations.services import OrderRequest, place_order
+    from reservations.services import place_order
 
     load_catalogue(demo_inventory=True)
     day = (timezone.now() + timedelta(days=3)).date()
-    order = place_order(
-        OrderRequest(
-            kind="h200",
-            lot_count=2,
-            window_days=7,
-            starts_at=handover(day),
-            environment="pytorch-2.9-cuda-12.8",
-            usage_mode="distributed",
-            hypothesis="shorter_step",
-            contact_name="Bench",
-            contact_email="bench@example.org",
-            ssh_public_keys=SSH_KEY,
-        )
-    )
+    order = place_order(h200_request(handover(day), lot_count=2, window_days=7))
     connections.close_all()
 
     port = free_port()

@@ -15,9 +15,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from benchdb import fresh_database
-
-SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHYRHhEGbyZH3Bu5Kvq+fbY34OnhAE+pRyQNyOi6s9F7 bench"
+from benchdb import fresh_database, h200_request
 
 
 def client(index: int, args: argparse.Namespace, base: float, barrier: Any, results: Any) -> None:
@@ -26,21 +24,12 @@ def client(index: int, args: argparse.Namespace, base: float, barrier: Any, resu
     from django.db import connections
 
     from reservations.errors import LotUnavailable
-    from reservations.services import OrderRequest, place_order
+    from reservations.services import place_order
 
     # Windows of 7 days starting within 2 days of each other: every pair overlaps.
     starts_at = datetime.fromtimestamp(base, tz=UTC) + timedelta(minutes=(index * 47) % 2880)
-    request = OrderRequest(
-        kind="h200",
-        lot_count=args.lots_per_order,
-        window_days=7,
-        starts_at=starts_at,
-        environment="pytorch-2.9-cuda-12.8",
-        usage_mode="distributed",
-        hypothesis="shorter_step",
-        contact_name=f"Racer {index}",
-        contact_email=f"racer{index}@example.org",
-        ssh_public_keys=SSH_KEY,
+    request = h200_request(
+        starts_at, lot_count=args.lots_per_order, window_days=7, name=f"Racer {index}"
     )
     connections.close_all()  # each process opens its own connection
     barrier.wait()

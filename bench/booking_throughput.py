@@ -14,9 +14,8 @@ import sys
 import time
 from datetime import timedelta
 
-from benchdb import fresh_database, median
+from benchdb import fresh_database, h200_request, median
 
-SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHYRHhEGbyZH3Bu5Kvq+fbY34OnhAE+pRyQNyOi6s9F7 bench"
 TARGET_RATIO = 1 / 3
 
 
@@ -42,18 +41,8 @@ def main() -> int:
 
     def request(number: int) -> OrderRequest:
         # Fill every lot for one 3-day window, then move on to the next window.
-        return OrderRequest(
-            kind="h200",
-            lot_count=1,
-            window_days=3,
-            starts_at=base + timedelta(days=4 * (number // args.lots)),
-            environment="pytorch-2.9-cuda-12.8",
-            usage_mode="distributed",
-            hypothesis="shorter_step",
-            contact_name="Bench",
-            contact_email="bench@example.org",
-            ssh_public_keys=SSH_KEY,
-        )
+        starts_at = base + timedelta(days=4 * (number // args.lots))
+        return h200_request(starts_at, lot_count=1, window_days=3)
 
     anchor = place_order(request(0))
     placed = 1
