@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -109,14 +110,11 @@ def _insert(
 ) -> placement.Placed | None:
     """The placing statement, atomic on its own; inside a caller's transaction, under a
     savepoint, so that a lost race does not break the caller's transaction."""
-    if connection.in_atomic_block:
-        with transaction.atomic():
-            return placement.insert_order(
-                order, hold, keys, event, kind=request.kind, environment=request.environment
-            )
-    return placement.insert_order(
-        order, hold, keys, event, kind=request.kind, environment=request.environment
-    )
+    savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with savepoint:
+        return placement.insert_order(
+            order, hold, keys, event, kind=request.kind, environment=request.environment
+        )
 
 
 def _why_not_placed(request: OrderRequest, now: datetime) -> Exception:
