@@ -20,7 +20,13 @@ $(STAMP): requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	@touch $(STAMP)
 
-install: $(STAMP)
+NODE_STAMP := node_modules/.installed
+
+$(NODE_STAMP): package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $(NODE_STAMP)
+
+install: $(STAMP) $(NODE_STAMP)
 
 run: install
 	$(BIN)/python scripts/devstack.py
@@ -49,4 +55,4 @@ bench: install
 	@set -e; for script in bench/*.py; do $(BIN)/python $$script; done
 
 clean:
-	rm -rf $(VENV) var test-artifacts .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules var test-artifacts .pytest_cache .mypy_cache .ruff_cache

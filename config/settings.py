@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
     database_from_url,
@@ -179,6 +180,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / "var" / "celerybeat-schedule")
+PAYMENT_SCAN_SECONDS = env_int("PAYMENT_SCAN_SECONDS", 5, minimum=1)
+"""How often beat runs the payment scanner over every open invoice."""
 CELERY_BEAT_SCHEDULE = {
     "expire-unpaid-holds": {
         "task": "reservations.tasks.expire_unpaid_holds",
@@ -187,6 +190,10 @@ CELERY_BEAT_SCHEDULE = {
     "send-missing-order-mails": {
         "task": "reservations.tasks.send_missing_order_mails",
         "schedule": crontab(minute="*"),
+    },
+    "scan-open-invoices": {
+        "task": "payments.tasks.scan_open_invoices",
+        "schedule": timedelta(seconds=PAYMENT_SCAN_SECONDS),
     },
 }
 
@@ -199,6 +206,23 @@ RESERVATION_HANDOVER_HOUR = env_int("RESERVATION_HANDOVER_HOUR", 12, minimum=0)
 """Windows booked in the browser start at this hour (UTC) of the chosen day."""
 RESERVATION_HOLD_DURATION = timedelta(minutes=env_int("RESERVATION_HOLD_MINUTES", 120, minimum=1))
 """How long an unpaid order keeps its lots."""
+
+# --- Payments: watch-only. The server holds an account-level extended PUBLIC key only;
+# deposit addresses are derived from it, the operator's wallet holds the private keys. ---
+PAYMENT_XPUB = env_str(
+    "PAYMENT_XPUB",
+    # The local dev chain's receiving account (m/44'/60'/0' of the public BIP39 test
+    # mnemonic "abandon … about"): for `make run` only, never for real funds.
+    "xpub6DCoCpSuQZB2jawqnGMEPS63ePKWkwWPH4TU45Q7LPXWuNd8TMtVxRrgjtEshuqpK3mdhaWHPFsBngh5GFZaM6si3yZdUsT8ddYM3PwnATt",
+) or ""
+if not PAYMENT_XPUB.startswith(("xpub", "tpub")):
+    raise ImproperlyConfigured(
+        "PAYMENT_XPUB must be an account-level extended PUBLIC key (xpub…); "
+        "a private key (xprv…) or anything else is refused"
+    )
+PAYMENT_MONITOR_HOURS = env_int("PAYMENT_MONITOR_HOURS", 24, minimum=0)
+"""How long after an invoice expires late payments are still watched for."""
+PAYMENT_RPC_TIMEOUT = env_int("PAYMENT_RPC_TIMEOUT_SECONDS", 10, minimum=1)
 
 # --- Logging: one line per event; JSON for log shippers. ---
 LOG_LEVEL = (env_str("LOG_LEVEL", "INFO") or "INFO").upper()

@@ -1,1 +1,227 @@
-"""Chains, assets, invoices and transfers arrive with the payment issue."""
+"""Chains and assets (operator configuration), deposit addresses, invoices and transfers.
+
+Modelled on BTCPay Server: every invoice has its own watch-only deposit address, clear
+states (new → processing → settled, or expired / invalid) with exceptions (paid_partial,
+paid_over, paid_late), and transfers are separate records keyed by (chain, tx hash, log
+index), so one transfer can never be credited twice.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from reservations.models import Order
+
+
+def amount_field(**options: Any) -> models.DecimalField[Decimal, Decimal]:
+    """Token amounts in base units (wei, 10⁻⁶ USDC): up to 2²⁵⁶, never rounded."""
+    return models.DecimalField(max_digits=78, decimal_places=0, **options)
+
+
+class Chain(models.Model):
+    """An EVM chain the operator accepts payments on."""
+
+    chain_id = models.PositiveBigIntegerField(unique=True)
+    name = models.CharField(max_length=60)
+    rpc_url = models.CharField(max_length=500)
+    confirmations = models.PositiveSmallIntegerField(
+        default=12, help_text=_("Blocks, counting the transfer's own, before it counts")
+    )
+    use_finalized_tag = models.BooleanField(
+        default=False, help_text=_("Count only blocks the node reports as finalized")
+    )
+    scanned_block = models.BigIntegerField(
+        null=True, blank=True, help_text=_("Highest block the scanner has looked at")
+    )
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.chain_id})"
+
+
+class Asset(models.Model):
+    """What can be paid on a chain: native ETH (priced by a feed) or an ERC-20 stablecoin."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="assets")
+    symbol = models.CharField(max_length=12)
+    contract_address = models.CharField(
+        max_length=42, blank=True, help_text=_("ERC-20 contract; empty for the native coin")
+    )
+    decimals = models.PositiveSmallIntegerField(default=18)
+    price_feed_address = models.CharField(
+        max_length=42, blank=True, help_text=_("Chainlink-style USD feed (native coin only)")
+    )
+    feed_max_age_seconds = models.PositiveIntegerField(default=3600)
+    is_active = models.BooleanField(default=True)
+    display_order = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ("chain", "display_order", "symbol")
+        constraints = [
+            models.UniqueConstraint(fields=("chain", "symbol"), name="asset_symbol_per_chain"),
+            models.UniqueConstraint(
+                fields=("chain", "contract_address"),
+                condition=~Q(contract_address=""),
+                name="asset_contract_per_chain",
+            ),
+            models.CheckConstraint(
+                condition=Q(contract_address="") | Q(price_feed_address=""),
+                name="asset_feed_only_for_native",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.symbol} on {self.chain.name}"
+
+    @property
+    def is_native(self) -> bool:
+        return not self.contract_address
+
+    def to_units(self, amount: Decimal) -> int:
+        return int(amount * (Decimal(10) ** self.decimals))
+
+    def from_units(self, units: int | Decimal) -> Decimal:
+        return Decimal(units) / (Decimal(10) ** self.decimals)
+
+
+class DepositAddress(models.Model):
+    """An address derived from the operator's extended public key; one invoice, ever."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="addresses")
+    index = models.PositiveIntegerField(help_text=_("BIP44 address index under m/…/0"))
+    address = models.CharField(max_length=42)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=("chain", "index"), name="deposit_index_unique"),
+            models.UniqueConstraint(fields=("chain", "address"), name="deposit_address_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.address
+
+
+class Invoice(models.Model):
+    STATUS_NEW = "new"
+    STATUS_PROCESSING = "processing"
+    STATUS_SETTLED = "settled"
+    STATUS_EXPIRED = "expired"
+    STATUS_INVALID = "invalid"
+    STATUS_CHOICES = (
+        (STATUS_NEW, _("waiting for payment")),
+        (STATUS_PROCESSING, _("payment seen, waiting for confirmations")),
+        (STATUS_SETTLED, _("settled")),
+        (STATUS_EXPIRED, _("expired")),
+        (STATUS_INVALID, _("invalid")),
+    )
+    OPEN_STATUSES = (STATUS_NEW, STATUS_PROCESSING)
+
+    EXCEPTION_NONE = ""
+    EXCEPTION_PAID_PARTIAL = "paid_partial"
+    EXCEPTION_PAID_OVER = "paid_over"
+    EXCEPTION_PAID_LATE = "paid_late"
+    EXCEPTION_CHOICES = (
+        (EXCEPTION_NONE, "—"),
+        (EXCEPTION_PAID_PARTIAL, _("paid partially")),
+        (EXCEPTION_PAID_OVER, _("paid too much")),
+        (EXCEPTION_PAID_LATE, _("paid after expiry")),
+    )
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="invoices")
+    asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="invoices")
+    deposit_address = models.OneToOneField(
+        DepositAddress, on_delete=models.PROTECT, related_name="invoice"
+    )
+    amount_due = amount_field()
+    usd_due = models.DecimalField(max_digits=12, decimal_places=2)
+    usd_per_unit = models.DecimalField(
+        max_digits=20,
+        decimal_places=8,
+        help_text=_("Rate locked for the invoice (1 for stablecoins)"),
+    )
+    status = models.CharField(max_length=12, choices=STATUS_CHOICES, default=STATUS_NEW)
+    exception = models.CharField(
+        max_length=14, choices=EXCEPTION_CHOICES, default=EXCEPTION_NONE, blank=True
+    )
+    amount_seen = amount_field(default=0)
+    amount_confirmed = amount_field(default=0)
+    created_block = models.BigIntegerField(help_text=_("Chain head when the invoice was made"))
+    starting_balance = amount_field(
+        default=0, help_text=_("Native coin already at the address then (not credited)")
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    monitor_until = models.DateTimeField(help_text=_("Payments are still watched for until then"))
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_tx_hash = models.CharField(max_length=66, blank=True)
+    claim_result = models.CharField(max_length=300, blank=True)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    check_delayed = models.BooleanField(
+        default=False, help_text=_("The last check could not reach the chain")
+    )
+    settled_at = models.DateTimeField(null=True, blank=True)
+    is_current = models.BooleanField(default=True, help_text=_("The order's invoice in use"))
+
+    class Meta:
+        ordering = ("-created_at",)
+        indexes = [models.Index(fields=("status", "monitor_until"), name="invoice_open_idx")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=("order",), condition=Q(is_current=True), name="one_current_invoice"
+            ),
+            models.UniqueConstraint(
+                fields=("order",), condition=Q(status="settled"), name="one_settled_invoice"
+            ),
+            models.CheckConstraint(condition=Q(amount_due__gt=0), name="invoice_due_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.order.reference} · {self.asset.symbol}"
+
+    @property
+    def amount_outstanding(self) -> Decimal:
+        return max(Decimal(0), self.amount_due - self.amount_seen)
+
+
+class Transfer(models.Model):
+    """A token transfer into a deposit address, as a Transfer log showed it."""
+
+    STATUS_SEEN = "seen"
+    STATUS_CONFIRMED = "confirmed"
+    STATUS_ORPHANED = "orphaned"
+    STATUS_CHOICES = (
+        (STATUS_SEEN, _("seen")),
+        (STATUS_CONFIRMED, _("confirmed")),
+        (STATUS_ORPHANED, _("orphaned by a reorganisation")),
+    )
+
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="transfers")
+    tx_hash = models.CharField(max_length=66)
+    log_index = models.PositiveIntegerField()
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="transfers")
+    from_address = models.CharField(max_length=42)
+    amount = amount_field()
+    block_number = models.BigIntegerField()
+    block_hash = models.CharField(max_length=66)
+    block_time = models.DateTimeField()
+    status = models.CharField(max_length=10, choices=STATUS_CHOICES, default=STATUS_SEEN)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("block_number", "log_index")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("chain", "tx_hash", "log_index"), name="transfer_credited_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tx_hash}#{self.log_index}"

@@ -51,6 +51,10 @@ MESSAGES = {
     "no_start_within_horizon": _(
         "Not enough free lots for this window within the booking horizon."
     ),
+    "asset_unpriced": _("This coin cannot be priced right now; choose a stablecoin."),
+    "not_awaiting_payment": _("This order is not waiting for a payment."),
+    "payment_under_way": _("A payment to this invoice is already under way."),
+    "invalid_tx_hash": _("A transaction hash is 0x followed by 64 hexadecimal digits."),
     "invalid_transition": _("This order cannot go from %(current)s to %(target)s."),
 }
 

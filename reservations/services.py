@@ -225,6 +225,25 @@ def transition(
     return True
 
 
+def mark_paid(order: Order, *, actor: Actor, reason: str) -> bool:
+    """The order's invoice settled: the order is paid and its holds become bookings.
+
+    False (nothing changed) when the order no longer awaits payment — its hold expired or
+    it was cancelled: the payment is then the operator's to accept or refund. Must run in
+    the caller's transaction (the invoice's state changes with it).
+    """
+    if not transition(
+        order,
+        Order.STATUS_PAID,
+        allowed_from=[Order.STATUS_AWAITING_PAYMENT],
+        actor=actor,
+        reason=reason,
+    ):
+        return False
+    Hold.objects.filter(order=order, status=Hold.Status.HELD).update(status=Hold.Status.BOOKED)
+    return True
+
+
 def _release_holds(order: Order, now: datetime) -> int:
     return Hold.objects.filter(order=order, status__in=Hold.COUNTING).update(
         status=Hold.Status.RELEASED, released_at=now
@@ -255,9 +274,12 @@ def expire_order(order: Order, *, now: datetime | None = None) -> bool:
 def expire_unpaid_holds(*, now: datetime | None = None, limit: int = 500) -> int:
     """Expire every unpaid order past its hold time; returns how many this call expired."""
     now = now or timezone.now()
-    due = Order.objects.filter(
-        status=Order.STATUS_AWAITING_PAYMENT, hold_expires_at__lte=now
-    ).order_by("hold_expires_at")[:limit]
+    # A payment seen but not yet confirmed keeps the hold until it settles or fails.
+    due = (
+        Order.objects.filter(status=Order.STATUS_AWAITING_PAYMENT, hold_expires_at__lte=now)
+        .exclude(invoices__status="processing")
+        .order_by("hold_expires_at")[:limit]
+    )
     return sum(1 for order in due if expire_order(order, now=now))
 
 

@@ -68,6 +68,10 @@ def start_worker(timeout: float = 60) -> Iterator[WorkerProcess]:
         text=True,
     )
     worker = WorkerProcess(queue=queue, process=process)
+    # Tasks this test process sends with .delay() go to the worker's queue.
+    from config.celery import app
+
+    app.conf.task_default_queue = queue
 
     def pump() -> None:
         assert process.stdout is not None

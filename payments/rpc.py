@@ -1,0 +1,164 @@
+"""The one place that talks to EVM nodes: plain JSON-RPC over HTTP, batched where it helps.
+
+Every HTTP request is counted (``requests_made``), so the scanner's cost can be measured:
+a batch of N calls is one request. A node that cannot be reached or answers garbage raises
+``RpcUnavailable``; callers retry later, the database keeps what was already known.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
+"""keccak256("Transfer(address,address,uint256)")."""
+LATEST_ROUND_DATA = "0xfeaf968c"  # latestRoundData()
+DECIMALS = "0x313ce567"  # decimals()
+
+
+class RpcUnavailable(Exception):
+    """The node did not answer usefully; try again later."""
+
+
+class RpcError(Exception):
+    """The node answered with a JSON-RPC error."""
+
+
+@dataclass(frozen=True)
+class Log:
+    address: str
+    topics: list[str]
+    data: str
+    block_number: int
+    block_hash: str
+    tx_hash: str
+    log_index: int
+
+    @property
+    def to_address(self) -> str:
+        return "0x" + self.topics[2][-40:]
+
+    @property
+    def from_address(self) -> str:
+        return "0x" + self.topics[1][-40:]
+
+    @property
+    def amount(self) -> int:
+        return int(self.data, 16)
+
+
+class RpcClient:
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.requests_made = 0
+        self._ids = itertools.count(1)
+        self._session = requests.Session()
+
+    # ------------------------------------------------------------------ transport
+
+    def _post(self, payload: Any) -> Any:
+        self.requests_made += 1
+        try:
+            response = self._session.post(self.url, json=payload, timeout=self.timeout)
+            response.raise_for_status()
+            return response.json()
+        except (requests.RequestException, ValueError) as exc:
+            raise RpcUnavailable(f"{self.url}: {type(exc).__name__}") from exc
+
+    def call(self, method: str, params: list[Any]) -> Any:
+        reply = self._post(
+            {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
+        )
+        if "error" in reply:
+            raise RpcError(f"{method}: {reply['error'].get('message', reply['error'])}")
+        return reply.get("result")
+
+    def batch(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
+        """Several calls in one HTTP request; results in the order of ``calls``."""
+        if not calls:
+            return []
+        first = next(self._ids)
+        payload = [
+            {"jsonrpc": "2.0", "id": first + i, "method": method, "params": params}
+            for i, (method, params) in enumerate(calls)
+        ]
+        self._ids = itertools.count(first + len(calls))
+        replies = self._post(payload)
+        if not isinstance(replies, list):
+            raise RpcUnavailable(f"{self.url}: a batch answered with {type(replies).__name__}")
+        by_id = {reply.get("id"): reply for reply in replies}
+        results = []
+        for i, (method, _params) in enumerate(calls):
+            reply = by_id.get(first + i)
+            if reply is None:
+                raise RpcUnavailable(f"{self.url}: no answer for {method} in a batch")
+            if "error" in reply:
+                raise RpcError(f"{method}: {reply['error'].get('message', reply['error'])}")
+            results.append(reply.get("result"))
+        return results
+
+    # ------------------------------------------------------------------ the calls we make
+
+    def chain_id(self) -> int:
+        return int(self.call("eth_chainId", []), 16)
+
+    def block_number(self) -> int:
+        return int(self.call("eth_blockNumber", []), 16)
+
+    def finalized_block_number(self) -> int:
+        return int(self.call("eth_getBlockByNumber", ["finalized", False])["number"], 16)
+
+    def blocks(self, numbers: list[int]) -> dict[int, dict[str, Any]]:
+        """Header fields (hash, timestamp) of several blocks in one request."""
+        found = self.batch([("eth_getBlockByNumber", [hex(n), False]) for n in numbers])
+        return {n: block for n, block in zip(numbers, found, strict=True) if block is not None}
+
+    def token_transfers(
+        self, token: str, recipients: list[str], from_block: int, to_block: int
+    ) -> list[Log]:
+        """Transfer logs of ``token`` to any of ``recipients`` (an OR filter on topic 2)."""
+        topics = [TRANSFER_TOPIC, None, ["0x" + "0" * 24 + r[2:].lower() for r in recipients]]
+        found = self.call(
+            "eth_getLogs",
+            [
+                {
+                    "address": token,
+                    "fromBlock": hex(from_block),
+                    "toBlock": hex(to_block),
+                    "topics": topics,
+                }
+            ],
+        )
+        return [
+            Log(
+                address=entry["address"].lower(),
+                topics=entry["topics"],
+                data=entry["data"],
+                block_number=int(entry["blockNumber"], 16),
+                block_hash=entry["blockHash"],
+                tx_hash=entry["transactionHash"],
+                log_index=int(entry["logIndex"], 16),
+            )
+            for entry in found
+            if not entry.get("removed")
+        ]
+
+    def balances(self, addresses: list[str], blocks: list[int]) -> dict[tuple[str, int], int]:
+        """Native balances of each address at each block, in one request."""
+        calls = [("eth_getBalance", [a, hex(b)]) for a in addresses for b in blocks]
+        results = self.batch(calls)
+        return {
+            (params[0], int(params[1], 16)): int(result, 16)
+            for (_method, params), result in zip(calls, results, strict=True)
+        }
+
+    def receipt(self, tx_hash: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self.call("eth_getTransactionReceipt", [tx_hash])
+        return result
+
+    def eth_call(self, to: str, data: str) -> str:
+        return str(self.call("eth_call", [{"to": to, "data": data}, "latest"]))

@@ -1,0 +1,385 @@
+"""Invoices: made for an order, claimed ("I've paid"), verified and scanned on-chain.
+
+What counts as payment is decided here and only here: a Transfer log of the invoice asset's
+own contract (or, for the native coin, the address's balance) into the invoice's own
+address, in a block at or after the invoice was made, on the configured chain, with enough
+confirmations, in blocks that are still canonical. Each transfer is a row keyed by (chain,
+tx hash, log index): the same transfer can never be credited twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from payments import derivation
+from payments.models import Asset, Chain, Invoice, Transfer
+from payments.prices import PriceUnavailable, usd_per_unit
+from payments.rpc import RpcClient, RpcUnavailable
+from reservations import services as reservations
+from reservations.errors import BookingRefused, refusal
+from reservations.models import Order
+
+log = logging.getLogger(__name__)
+
+TX_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
+ADDRESS_CHUNK = 500
+"""Deposit addresses per eth_getLogs OR filter (and per balance batch)."""
+NATIVE_STEP = 10**12
+"""Native amounts due are rounded up to 10⁻⁶ ETH, so they can be typed."""
+
+
+class ChainMismatch(Exception):
+    """The RPC node serves another chain than the configuration says: it is not used."""
+
+
+def client_for(chain: Chain) -> RpcClient:
+    """A client for ``chain`` after checking the node serves that chain id."""
+    client = RpcClient(chain.rpc_url, timeout=settings.PAYMENT_RPC_TIMEOUT)
+    served = client.chain_id()
+    if served != chain.chain_id:
+        raise ChainMismatch(f"{chain.rpc_url} serves chain {served}, not {chain.chain_id}")
+    return client
+
+
+def confirmed_height(chain: Chain, client: RpcClient, head: int) -> int:
+    if chain.use_finalized_tag:
+        return client.finalized_block_number()
+    return head - chain.confirmations + 1
+
+
+# --------------------------------------------------------------------------- invoices
+
+
+def offered_assets() -> list[Asset]:
+    return list(Asset.objects.filter(is_active=True, chain__is_active=True).select_related("chain"))
+
+
+def create_invoice(order: Order, asset: Asset, *, client: RpcClient | None = None) -> Invoice:
+    """The order's invoice in ``asset``: a fresh deposit address and the exact amount due.
+
+    Replaces the order's current invoice if nothing was paid to it yet. Refuses
+    (BookingRefused) when the order no longer awaits payment, when a payment to the
+    current invoice is already under way, or when the asset cannot be priced.
+    """
+    client = client or client_for(asset.chain)
+    try:
+        rate = usd_per_unit(asset, client)
+    except PriceUnavailable:
+        raise BookingRefused({"asset": [refusal("asset_unpriced")]}) from None
+    head = client.block_number()
+    with transaction.atomic():
+        # Locks: the order's row, then (in new_deposit_address) the chain's row.
+        locked = Order.objects.select_for_update().get(pk=order.pk)
+        if locked.status != Order.STATUS_AWAITING_PAYMENT:
+            raise BookingRefused({"asset": [refusal("not_awaiting_payment")]})
+        current = Invoice.objects.filter(order=locked, is_current=True).first()
+        if current is not None:
+            if current.amount_seen > 0 or current.status != Invoice.STATUS_NEW:
+                raise BookingRefused({"asset": [refusal("payment_under_way")]})
+            if current.asset_id == asset.pk:
+                return current
+            Invoice.objects.filter(pk=current.pk).update(is_current=False)
+        address = derivation.new_deposit_address(asset.chain)
+        units = Decimal(locked.total_usd) / rate * (Decimal(10) ** asset.decimals)
+        due = int(units.to_integral_value(rounding="ROUND_CEILING"))
+        if asset.is_native:
+            due = math.ceil(due / NATIVE_STEP) * NATIVE_STEP
+        starting = 0
+        if asset.is_native:
+            starting = client.balances([address.address], [head])[(address.address, head)]
+        expires_at = locked.hold_expires_at
+        return Invoice.objects.create(
+            order=locked,
+            asset=asset,
+            deposit_address=address,
+            amount_due=Decimal(due),
+            usd_due=locked.total_usd,
+            usd_per_unit=rate,
+            created_block=head,
+            starting_balance=Decimal(starting),
+            expires_at=expires_at,
+            monitor_until=expires_at + timedelta(hours=settings.PAYMENT_MONITOR_HOURS),
+        )
+
+
+def claim_payment(invoice: Invoice, tx_hash: str = "") -> Invoice:
+    """ "I've paid": record the claim and have a worker check at once (after commit).
+
+    A malformed hash is refused with a clear error and nothing changes. The claim itself
+    credits nothing: only what the chain shows does.
+    """
+    tx_hash = tx_hash.strip()
+    if tx_hash and not TX_HASH.match(tx_hash):
+        raise BookingRefused({"tx_hash": [refusal("invalid_tx_hash")]})
+    from payments.tasks import verify_invoice
+
+    with transaction.atomic():
+        Invoice.objects.filter(pk=invoice.pk).update(
+            claimed_at=timezone.now(), claim_tx_hash=tx_hash.lower(), claim_result=""
+        )
+        transaction.on_commit(lambda: verify_invoice.delay(invoice.pk))
+    invoice.refresh_from_db()
+    return invoice
+
+
+# --------------------------------------------------------------------------- scanning
+
+
+@dataclass
+class ScanReport:
+    invoices: int = 0
+    transfers_recorded: int = 0
+    settled: list[int] = field(default_factory=list)
+    rpc_requests: int = 0
+
+
+def open_invoices(chain: Chain, now: datetime | None = None) -> list[Invoice]:
+    now = now or timezone.now()
+    return list(
+        Invoice.objects.filter(asset__chain=chain, monitor_until__gt=now)
+        .exclude(status__in=(Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID))
+        .select_related("asset", "deposit_address", "order")
+    )
+
+
+def scan_chain(
+    chain: Chain, *, client: RpcClient | None = None, only: list[int] | None = None
+) -> ScanReport:
+    """One scan cycle over the chain's open invoices (or just ``only``).
+
+    RPC cost: one eth_blockNumber, one eth_getLogs per token per chunk of addresses, one
+    balance batch per chunk of native addresses, one block batch to check that the blocks
+    of confirmed transfers are still canonical — never one call per invoice.
+    Raises RpcUnavailable (the invoices are marked "checking is delayed").
+    """
+    report = ScanReport()
+    invoices = open_invoices(chain)
+    if only is not None:
+        invoices = [i for i in invoices if i.pk in only]
+    report.invoices = len(invoices)
+    try:
+        client = client or client_for(chain)
+        head = client.block_number()
+        confirmed = confirmed_height(chain, client, head)
+        by_asset: dict[int, list[Invoice]] = {}
+        for invoice in invoices:
+            by_asset.setdefault(invoice.asset_id, []).append(invoice)
+        native: dict[int, tuple[int, int]] = {}
+        for group in by_asset.values():
+            asset = group[0].asset
+            if asset.is_native:
+                native.update(_scan_native(client, group, head, confirmed))
+            else:
+                report.transfers_recorded += _scan_token(
+                    client, chain, asset, group, head, confirmed
+                )
+    except (RpcUnavailable, ChainMismatch):
+        # The page says "checking is delayed"; the next cycle starts from the database again.
+        Invoice.objects.filter(pk__in=[i.pk for i in invoices]).update(check_delayed=True)
+        raise
+    Chain.objects.filter(pk=chain.pk).update(scanned_block=head)
+    for invoice in invoices:
+        if recompute(invoice.pk, native=native.get(invoice.pk)):
+            report.settled.append(invoice.pk)
+    report.rpc_requests = client.requests_made
+    return report
+
+
+def _chunks(items: list[Invoice]) -> list[list[Invoice]]:
+    return [items[i : i + ADDRESS_CHUNK] for i in range(0, len(items), ADDRESS_CHUNK)]
+
+
+def _scan_token(
+    client: RpcClient,
+    chain: Chain,
+    asset: Asset,
+    invoices: list[Invoice],
+    head: int,
+    confirmed: int,
+) -> int:
+    """Record Transfer logs of the asset's own contract into the invoices' addresses."""
+    # From the oldest open invoice's first block: every transfer that can count is in range,
+    # so one that the chain no longer shows has been removed by a reorganisation.
+    from_block = min(i.created_block for i in invoices)
+    found: list[Transfer] = []
+    for chunk in _chunks(invoices):
+        by_address = {i.deposit_address.address.lower(): i for i in chunk}
+        logs = client.token_transfers(asset.contract_address, list(by_address), from_block, head)
+        blocks = client.blocks(sorted({entry.block_number for entry in logs})) if logs else {}
+        for entry in logs:
+            invoice = by_address.get(entry.to_address)
+            if invoice is None or entry.address != asset.contract_address.lower():
+                continue  # another contract (a fake token) or another address: not payment
+            if entry.block_number < invoice.created_block:
+                continue  # older than the invoice
+            block = blocks.get(entry.block_number)
+            if block is None or block["hash"] != entry.block_hash:
+                continue  # the block changed while we looked: the next cycle sees it settled
+            status = (
+                Transfer.STATUS_CONFIRMED
+                if entry.block_number <= confirmed
+                else Transfer.STATUS_SEEN
+            )
+            found.append(
+                Transfer(
+                    chain=chain,
+                    tx_hash=entry.tx_hash,
+                    log_index=entry.log_index,
+                    invoice=invoice,
+                    from_address=entry.from_address,
+                    amount=Decimal(entry.amount),
+                    block_number=entry.block_number,
+                    block_hash=entry.block_hash,
+                    block_time=datetime.fromtimestamp(int(block["timestamp"], 16), tz=UTC),
+                    status=status,
+                )
+            )
+    # One upsert on the (chain, tx hash, log index) key: concurrent scans cannot both insert
+    # a transfer, and a re-included transfer takes its new block.
+    Transfer.objects.bulk_create(
+        found,
+        update_conflicts=True,
+        unique_fields=["chain", "tx_hash", "log_index"],
+        update_fields=["block_number", "block_hash", "block_time", "status"],
+    )
+    # A transfer recorded in the scanned range that the chain no longer shows was removed by
+    # a reorganisation: it is orphaned and stops counting.
+    kept = {(t.tx_hash, t.log_index) for t in found}
+    for transfer in Transfer.objects.filter(invoice__in=invoices).exclude(
+        status=Transfer.STATUS_ORPHANED
+    ):
+        if (transfer.tx_hash, transfer.log_index) not in kept:
+            Transfer.objects.filter(pk=transfer.pk).update(status=Transfer.STATUS_ORPHANED)
+    return len(found)
+
+
+def _scan_native(
+    client: RpcClient, invoices: list[Invoice], head: int, confirmed: int
+) -> dict[int, tuple[int, int]]:
+    """The native coin is credited by balance, so coins sent by a contract count too.
+    Returns (seen, confirmed) amounts per invoice id; the balance at the latest block, and
+    at the confirmed height (re-read every cycle: a reorganisation that removes a payment
+    lowers it again)."""
+    amounts: dict[int, tuple[int, int]] = {}
+    for chunk in _chunks(invoices):
+        addresses = [i.deposit_address.address for i in chunk]
+        found = client.balances(addresses, [confirmed, head])
+        for invoice in chunk:
+            address = invoice.deposit_address.address
+            start = int(invoice.starting_balance)
+            amounts[invoice.pk] = (
+                max(0, found[(address, head)] - start),
+                max(0, found[(address, confirmed)] - start),
+            )
+    return amounts
+
+
+# --------------------------------------------------------------------------- states
+
+
+def recompute(
+    invoice_id: int, *, native: tuple[int, int] | None = None, now: datetime | None = None
+) -> bool:
+    """Derive the invoice's state from what the chain showed; True if this call settled it.
+
+    ``native``: (seen, confirmed) amounts a native-coin scan just read. Settling is a
+    conditional update (status not yet settled), done once, and moves the order to "paid"
+    in the same transaction. A payment that arrived after expiry — or after the order's
+    hold was released — is "paid_late": the order is left to the operator (accept if
+    capacity remains, or refund).
+    """
+    now = now or timezone.now()
+    order_id = Invoice.objects.values_list("order_id", flat=True).get(pk=invoice_id)
+    with transaction.atomic():
+        # Locks: the order's row, then the invoice's (the order create_invoice takes too).
+        order = Order.objects.select_for_update().get(pk=order_id)
+        invoice = Invoice.objects.select_for_update().select_related("asset").get(pk=invoice_id)
+        if invoice.status in (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID):
+            return False
+        if invoice.asset.is_native:
+            seen, confirmed = (
+                (Decimal(native[0]), Decimal(native[1]))
+                if native is not None
+                else (invoice.amount_seen, invoice.amount_confirmed)
+            )
+            # First noticed after expiry with nothing seen before: late.
+            late = seen > 0 and (
+                invoice.exception == Invoice.EXCEPTION_PAID_LATE
+                or (now > invoice.expires_at and invoice.amount_seen == 0)
+            )
+        else:
+            counted = list(invoice.transfers.exclude(status=Transfer.STATUS_ORPHANED))
+            seen = sum((t.amount for t in counted), Decimal(0))
+            confirmed = sum(
+                (t.amount for t in counted if t.status == Transfer.STATUS_CONFIRMED), Decimal(0)
+            )
+            late = any(t.block_time > invoice.expires_at for t in counted) and not any(
+                t.block_time <= invoice.expires_at for t in counted
+            )
+        due = invoice.amount_due
+        if confirmed >= due and not late:
+            status = Invoice.STATUS_SETTLED
+            exception = Invoice.EXCEPTION_PAID_OVER if confirmed > due else ""
+        elif seen > 0 and late:
+            status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
+        elif seen > 0:
+            status = Invoice.STATUS_PROCESSING
+            exception = Invoice.EXCEPTION_PAID_PARTIAL if seen < due else ""
+        elif now > invoice.expires_at:
+            status, exception = Invoice.STATUS_EXPIRED, ""
+        else:
+            status, exception = Invoice.STATUS_NEW, ""
+        if status == Invoice.STATUS_SETTLED:
+            symbol = invoice.asset.symbol
+            paid = reservations.mark_paid(
+                order,
+                actor=reservations.system("payment scanner"),
+                reason=f"invoice {invoice.pk}: {invoice.asset.from_units(confirmed)} {symbol}",
+            )
+            if not paid:  # the hold ended meanwhile: the operator decides
+                status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
+        Invoice.objects.filter(pk=invoice.pk).update(
+            status=status,
+            exception=exception,
+            amount_seen=seen,
+            amount_confirmed=confirmed,
+            last_checked_at=now,
+            check_delayed=False,
+            settled_at=now if status == Invoice.STATUS_SETTLED else None,
+        )
+    if status == Invoice.STATUS_SETTLED:
+        log.info("invoice settled", extra={"invoice": invoice.pk, "order": order.reference})
+    return status == Invoice.STATUS_SETTLED
+
+
+def check_claim(invoice: Invoice, client: RpcClient) -> str:
+    """What the claimed transaction shows, in words for the researcher (empty: no claim)."""
+    if not invoice.claim_tx_hash:
+        return ""
+    receipt = client.receipt(invoice.claim_tx_hash)
+    if receipt is None:
+        return "not_found"
+    if int(receipt.get("status", "0x0"), 16) != 1:
+        return "reverted"
+    address = invoice.deposit_address.address.lower()
+    asset = invoice.asset
+    if asset.is_native:
+        return "pays_invoice" if (receipt.get("to") or "").lower() == address else "unrelated"
+    for entry in receipt.get("logs", []):
+        topics = entry.get("topics", [])
+        if (
+            entry.get("address", "").lower() == asset.contract_address.lower()
+            and len(topics) == 3
+            and topics[2][-40:].lower() == address[2:]
+        ):
+            return "pays_invoice"
+    return "unrelated"
