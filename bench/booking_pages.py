@@ -124,6 +124,7 @@ def main() -> int:
         REDIS_URL=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
         CELERY_TASK_DEFAULT_QUEUE="bench-pages",
         PORT=str(port),
+        DEVCHAIN_PORT=str(free_port()),
         RUN_DIR=tempfile.mkdtemp(prefix="bench-pages-"),
     )
     stack = subprocess.Popen(

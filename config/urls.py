@@ -13,5 +13,6 @@ urlpatterns = [
 ]
 urlpatterns += i18n_patterns(
     path("", include("reservations.urls")),
+    path("", include("payments.urls")),
     path("account/", include("accounts.urls")),
 )

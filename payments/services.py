@@ -211,6 +211,8 @@ def _scan_token(
     # so one that the chain no longer shows has been removed by a reorganisation.
     from_block = min(i.created_block for i in invoices)
     found: list[Transfer] = []
+    if from_block > head:  # a chain younger than our invoices (a reset dev chain)
+        return 0
     for chunk in _chunks(invoices):
         by_address = {i.deposit_address.address.lower(): i for i in chunk}
         logs = client.token_transfers(asset.contract_address, list(by_address), from_block, head)

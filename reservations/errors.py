@@ -54,6 +54,7 @@ MESSAGES = {
     "asset_unpriced": _("This coin cannot be priced right now; choose a stablecoin."),
     "not_awaiting_payment": _("This order is not waiting for a payment."),
     "payment_under_way": _("A payment to this invoice is already under way."),
+    "chain_unreachable": _("The payment network cannot be reached right now; try again shortly."),
     "invalid_tx_hash": _("A transaction hash is 0x followed by 64 hexadecimal digits."),
     "invalid_transition": _("This order cannot go from %(current)s to %(target)s."),
 }

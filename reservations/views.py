@@ -239,12 +239,18 @@ def order_url(order: Order) -> str:
     return reverse("reservations:order", args=[order.reference, order.secret])
 
 
-def order_detail(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
-    """The order page, for whoever holds its link (the reference alone opens nothing)."""
-    # Kind, environment and keys are read only when the cached summary is rendered anew.
+def order_by_link(reference: str, secret: str) -> Order:
+    """The order this link opens, or 404: the reference alone opens nothing."""
     order = get_object_or_404(Order, reference=reference)
     if not secrets.compare_digest(order.secret.encode(), secret.encode()):
         raise Http404
+    return order
+
+
+def order_detail(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    """The order page, for whoever holds its link."""
+    # Kind, environment and keys are read only when the cached summary is rendered anew.
+    order = order_by_link(reference, secret)
     return render(
         request,
         "reservations/order_detail.html",

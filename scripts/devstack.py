@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 VAR = Path(os.environ.get("RUN_DIR", ROOT / "var"))
 BIN = Path(sys.executable).parent
-COLOURS = {"web": "\033[36m", "worker": "\033[33m", "beat": "\033[35m"}
+COLOURS = {"web": "\033[36m", "worker": "\033[33m", "beat": "\033[35m", "chain": "\033[32m"}
 RESET = "\033[0m"
 
 
@@ -104,6 +105,45 @@ def pump(name: str, stream: object) -> None:
         sys.stdout.flush()
 
 
+def start_devchain(port: str) -> subprocess.Popen[str]:
+    """anvil on loopback, a block every 2 s, its state kept in var/ across restarts."""
+    binary = ROOT / "node_modules" / ".bin" / "anvil"
+    if not binary.exists():
+        fail("anvil is missing — run `npm ci` (`make run` does it)")
+    command = [
+        str(binary),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--chain-id",
+        "31337",
+        "--block-time",
+        "2",
+        "--state",
+        str(VAR / "anvil-state.json"),
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", int(port))) == 0:
+                threading.Thread(target=pump, args=("chain", process.stdout), daemon=True).start()
+                return process
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    process.kill()
+    fail(f"anvil did not start on port {port} (is the port taken? set DEVCHAIN_PORT)")
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     database_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpulots")
@@ -115,9 +155,12 @@ def main() -> int:
     ensure_database(postgres, database_url)
 
     VAR.mkdir(exist_ok=True)
+    chain_port = os.environ.get("DEVCHAIN_PORT", "8545")
+    anvil = start_devchain(chain_port)
     manage("migrate", "--noinput")
     print(manage("load_catalogue", "--demo-inventory").strip())
     login = manage("ensure_operator", "--password-file", str(VAR / "operator-password")).strip()
+    print(manage("devchain", "setup", "--url", f"http://127.0.0.1:{chain_port}").strip())
 
     commands = {
         "web": [
@@ -153,7 +196,7 @@ def main() -> int:
             str(VAR / "celerybeat-schedule"),
         ],
     }
-    processes: dict[str, subprocess.Popen[str]] = {}
+    processes: dict[str, subprocess.Popen[str]] = {"chain": anvil}
     for name, command in commands.items():
         process = subprocess.Popen(
             command,
@@ -168,7 +211,9 @@ def main() -> int:
 
     print(f"\nGPU lots is running: http://{host}:{port}/")
     print(f"Operator desk: http://{host}:{port}/admin/  ·  health: /healthz")
-    print(f"{login}\nCtrl-C stops web, worker and beat.\n", flush=True)
+    print(f"Dev chain: http://127.0.0.1:{chain_port} (chain id 31337); pay an order with")
+    print("  .venv/bin/python manage.py devchain pay <reference>")
+    print(f"{login}\nCtrl-C stops web, worker, beat and the dev chain.\n", flush=True)
 
     stopping = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopping.set())

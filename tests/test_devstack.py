@@ -47,6 +47,7 @@ def stack_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         "CELERY_TASK_DEFAULT_QUEUE": f"devstack-{tmp_path.name}",
         "RUN_DIR": str(tmp_path),
         "PORT": str(free_port()),
+        "DEVCHAIN_PORT": str(free_port()),
     }
     environ.pop("CELERY_BROKER_URL", None)
     environ.update(overrides)
@@ -138,7 +139,7 @@ def test_make_run_starts_web_worker_and_beat_and_ctrl_c_stops_them(stack: Stack)
     children = subprocess.run(
         ["pgrep", "-P", str(stack.process.pid)], capture_output=True, text=True
     ).stdout.split()
-    assert len(children) == 3
+    assert len(children) == 4  # web, worker, beat, dev chain
 
     stack.process.send_signal(signal.SIGINT)
     assert stack.process.wait(timeout=30) == 0

@@ -12,6 +12,15 @@ register = template.Library()
 
 
 @register.filter
+def units(value: Decimal | None) -> str:
+    """A token amount as wallets take it: a dot, no grouping, no trailing zeros."""
+    if value is None:
+        return ""
+    text = format(Decimal(value).normalize(), "f")
+    return text
+
+
+@register.filter
 def usd(value: Decimal | int | float | None, places: int = 2) -> str:
     """``$1,130.00`` in English, ``1.130,00 $`` in German, ``1 130,00 $`` in French."""
     if value is None or value == "":

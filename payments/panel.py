@@ -1,0 +1,56 @@
+"""What the order page's payment panel shows, computed from the database alone (no RPC
+on page views: the scanner keeps the figures fresh)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+import segno
+
+from payments.models import Invoice, Transfer
+
+
+@dataclass(frozen=True)
+class Panel:
+    invoice: Invoice
+    amount_due: Decimal
+    amount_seen: Decimal
+    outstanding: Decimal
+    confirmations: int
+    confirmations_needed: int
+    qr_svg: str
+
+    @property
+    def symbol(self) -> str:
+        return self.invoice.asset.symbol
+
+
+def payment_uri(invoice: Invoice) -> str:
+    """EIP-681: what a wallet scanning the QR code should pay."""
+    asset = invoice.asset
+    chain_id = asset.chain.chain_id
+    address = invoice.deposit_address.address
+    due = int(invoice.amount_due)
+    if asset.is_native:
+        return f"ethereum:{address}@{chain_id}?value={due}"
+    return f"ethereum:{asset.contract_address}@{chain_id}/transfer?address={address}&uint256={due}"
+
+
+def panel_for(invoice: Invoice) -> Panel:
+    asset = invoice.asset
+    chain = asset.chain
+    head = chain.scanned_block or invoice.created_block
+    counted = invoice.transfers.exclude(status=Transfer.STATUS_ORPHANED)
+    lowest = max((t.block_number for t in counted), default=None)
+    confirmations = 0 if lowest is None else max(0, head - lowest + 1)
+    qr = segno.make(payment_uri(invoice), error="m")
+    return Panel(
+        invoice=invoice,
+        amount_due=asset.from_units(invoice.amount_due),
+        amount_seen=asset.from_units(invoice.amount_seen),
+        outstanding=asset.from_units(invoice.amount_outstanding),
+        confirmations=min(confirmations, chain.confirmations),
+        confirmations_needed=chain.confirmations,
+        qr_svg=qr.svg_inline(scale=4, dark="#1b1d22", light="#ffffff"),
+    )

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from payments import views
+
+app_name = "payments"
+
+urlpatterns = [
+    path("orders/<str:reference>/<str:secret>/payment/", views.panel, name="panel"),
+    path("orders/<str:reference>/<str:secret>/payment/asset/", views.choose_asset, name="asset"),
+    path("orders/<str:reference>/<str:secret>/payment/paid/", views.claim, name="claim"),
+]

@@ -1,0 +1,57 @@
+"""The order page's payment panel: choose the coin, see where and how much, "I've paid"."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from payments import services
+from payments.models import Asset
+from payments.rpc import RpcError, RpcUnavailable
+from payments.templatetags.payments import panel_context
+from reservations.errors import MESSAGES, BookingRefused
+from reservations.views import order_by_link, order_url
+
+
+@require_POST
+def choose_asset(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    order = order_by_link(reference, secret)
+    chosen = request.POST.get("asset", "")
+    asset = (
+        Asset.objects.filter(pk=int(chosen), is_active=True).first() if chosen.isdigit() else None
+    )
+    if asset is None:
+        messages.error(request, MESSAGES["invalid_choice"])
+        return redirect(order_url(order) + "#payment")
+    try:
+        services.create_invoice(order, asset)
+    except BookingRefused as exc:
+        for message in exc.messages:
+            messages.error(request, message)
+    except (RpcUnavailable, RpcError, services.ChainMismatch):
+        messages.error(request, MESSAGES["chain_unreachable"])
+    return redirect(order_url(order) + "#payment")
+
+
+@require_POST
+def claim(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    """ "I've paid" (optionally with the transaction's hash): a worker checks at once."""
+    order = order_by_link(reference, secret)
+    invoice = order.invoices.filter(is_current=True).first()  # type: ignore[attr-defined]
+    if invoice is None:
+        return redirect(order_url(order) + "#payment")
+    try:
+        services.claim_payment(invoice, request.POST.get("tx_hash", ""))
+    except BookingRefused as exc:
+        for message in exc.messages:
+            messages.error(request, message)
+    return redirect(order_url(order) + "#payment")
+
+
+@require_GET
+def panel(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    """The panel alone, for the page to refresh while a payment is on its way."""
+    order = order_by_link(reference, secret)
+    return render(request, "payments/_panel.html", panel_context(order))

@@ -1,0 +1,36 @@
+// The payment panel: copy buttons, and while a payment is awaited or on its way, a quiet
+// refresh of the panel alone (the page never reloads). Without JavaScript, reloading the
+// page shows the same.
+(function () {
+  "use strict";
+  function bind(panel) {
+    panel.querySelectorAll("button.copy").forEach(function (button) {
+      button.addEventListener("click", function () {
+        var text = document.getElementById(button.getAttribute("data-copy")).textContent.trim();
+        if (navigator.clipboard) navigator.clipboard.writeText(text);
+        button.setAttribute("data-copied", "true");
+      });
+    });
+  }
+  function refresh() {
+    var panel = document.getElementById("payment-panel");
+    if (!panel) return;
+    var state = panel.getAttribute("data-state");
+    if (state === "none" || state.indexOf("settled") === 0 || state.indexOf("expired") === 0) return;
+    if (panel.contains(document.activeElement) && document.activeElement.tagName === "INPUT") return;
+    fetch(panel.getAttribute("data-refresh-url"), { headers: { "X-Requested-With": "fetch" } })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (html === null) return;
+        var holder = document.createElement("div");
+        holder.innerHTML = html;
+        var fresh = holder.firstElementChild;
+        panel.replaceWith(fresh);
+        bind(fresh);
+      })
+      .catch(function () {});
+  }
+  var first = document.getElementById("payment-panel");
+  if (first) bind(first);
+  window.setInterval(refresh, 4000);
+})();
