@@ -48,8 +48,8 @@ test: install system-packages lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 messages: install
-	$(BIN)/python manage.py makemessages -l de -l fr --no-obsolete --ignore=.venv --ignore=tests --ignore=bench
-	$(BIN)/python manage.py compilemessages --ignore=.venv
+	$(BIN)/python manage.py makemessages -l de -l fr --no-obsolete --ignore=.venv --ignore=node_modules --ignore=tests --ignore=bench
+	$(BIN)/python manage.py compilemessages --ignore=.venv --ignore=node_modules
 
 bench: install
 	@set -e; for script in bench/*.py; do $(BIN)/python $$script; done

@@ -209,12 +209,15 @@ RESERVATION_HOLD_DURATION = timedelta(minutes=env_int("RESERVATION_HOLD_MINUTES"
 
 # --- Payments: watch-only. The server holds an account-level extended PUBLIC key only;
 # deposit addresses are derived from it, the operator's wallet holds the private keys. ---
-PAYMENT_XPUB = env_str(
-    "PAYMENT_XPUB",
-    # The local dev chain's receiving account (m/44'/60'/0' of the public BIP39 test
-    # mnemonic "abandon … about"): for `make run` only, never for real funds.
-    "xpub6DCoCpSuQZB2jawqnGMEPS63ePKWkwWPH4TU45Q7LPXWuNd8TMtVxRrgjtEshuqpK3mdhaWHPFsBngh5GFZaM6si3yZdUsT8ddYM3PwnATt",
-) or ""
+PAYMENT_XPUB = (
+    env_str(
+        "PAYMENT_XPUB",
+        # The local dev chain's receiving account (m/44'/60'/0' of the public BIP39 test
+        # mnemonic "abandon … about"): for `make run` only, never for real funds.
+        "xpub6DCoCpSuQZB2jawqnGMEPS63ePKWkwWPH4TU45Q7LPXWuNd8TMtVxRrgjtEshuqpK3mdhaWHPFsBngh5GFZaM6si3yZdUsT8ddYM3PwnATt",
+    )
+    or ""
+)
 if not PAYMENT_XPUB.startswith(("xpub", "tpub")):
     raise ImproperlyConfigured(
         "PAYMENT_XPUB must be an account-level extended PUBLIC key (xpub…); "

@@ -64,6 +64,33 @@ def send_missing_order_mails(*, now: datetime | None = None) -> int:
     return sum(1 for order_id in pending if send_order_placed_once(order_id))
 
 
+ORDER_MAILS = ("order_paid", "order_expired")
+"""Mails about an order's progress (the placed mail has its own once-only path above)."""
+
+
+def send_order_mail(order_id: int, name: str) -> None:
+    if name not in ORDER_MAILS:
+        raise ValueError(name)
+    order = Order.objects.select_related("kind", "environment").get(pk=order_id)
+    send_templated(
+        name, {"order": order, "link": order_link(order)}, order.contact_email, order.language
+    )
+
+
+def enqueue_order_mail(order: Order, name: str) -> None:
+    """After commit, hand ``name`` to a worker; a broker outage is logged, never raised."""
+
+    def enqueue() -> None:
+        from reservations.tasks import send_order_mail as task
+
+        try:
+            task.delay(order.pk, name)
+        except Exception:  # any broker failure: the state change stands
+            log.warning("order mail not queued", exc_info=True, extra={"order": order.reference})
+
+    transaction.on_commit(enqueue)
+
+
 def enqueue_order_placed(order: Order) -> None:
     """After commit, hand the mail to a worker; if the broker is away, the beat catch-up
     sends it later. Placing the order never fails because of mail."""

@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from accounts.models import User
-from reservations import availability, placement
+from reservations import availability, notifications, placement
 from reservations.errors import (
     BookingRefused,
     InvalidTransition,
@@ -241,6 +241,7 @@ def mark_paid(order: Order, *, actor: Actor, reason: str) -> bool:
     ):
         return False
     Hold.objects.filter(order=order, status=Hold.Status.HELD).update(status=Hold.Status.BOOKED)
+    notifications.enqueue_order_mail(order, "order_paid")
     return True
 
 
@@ -268,6 +269,7 @@ def expire_order(order: Order, *, now: datetime | None = None) -> bool:
         )
         if expired:
             _release_holds(order, now)
+            notifications.enqueue_order_mail(order, "order_expired")
     return expired
 
 

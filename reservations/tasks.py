@@ -27,6 +27,18 @@ def send_order_placed(order_id: int) -> bool:
     return notifications.send_order_placed_once(order_id)
 
 
+@shared_task(
+    name="reservations.tasks.send_order_mail",
+    autoretry_for=(SMTPException, OSError),
+    retry_backoff=True,
+    max_retries=8,
+)
+def send_order_mail(order_id: int, name: str) -> None:
+    """Payment settled, hold expired: mailed in the order's language, retried while the
+    mail server is away."""
+    notifications.send_order_mail(order_id, name)
+
+
 @shared_task(name="reservations.tasks.send_missing_order_mails", acks_late=True)
 def send_missing_order_mails() -> int:
     """Beat: mail every recent order whose link was never mailed (broker down when it was

@@ -95,7 +95,8 @@ def test_database_url_is_parsed_fully() -> None:
 def test_compose_runs_every_service_the_app_needs() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"postgres", "redis", "mailpit", *APP_SERVICES} <= set(services)
+    assert {"postgres", "redis", "mailpit", "anvil", *APP_SERVICES} <= set(services)
+    assert "anvil" in services["anvil"]["entrypoint"]
     assert "celery" in services["worker"]["command"]
     assert "worker" in services["worker"]["command"]
     assert "beat" in services["beat"]["command"]

@@ -1,0 +1,115 @@
+"""The order page's payment panel over HTTP: choose a coin, see what to pay, "I've paid"."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core import mail
+from django.test import Client
+from django.utils import timezone
+
+from payments import services
+from payments.models import Chain, Invoice
+from reservations.models import Order
+from reservations.services import expire_unpaid_holds
+from tests.payments.conftest import Payments
+
+pytestmark = pytest.mark.django_db
+
+
+def page(client: Client, order: Order, language: str = "en") -> str:
+    return client.get(f"/{language}/orders/{order.reference}/{order.secret}/").content.decode()
+
+
+def base(order: Order, language: str = "en") -> str:
+    return f"/{language}/orders/{order.reference}/{order.secret}/payment"
+
+
+def test_the_researcher_chooses_a_coin_and_sees_where_and_how_much(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    html = page(client, order)
+    assert "Choose how to pay:" in html
+    response = client.post(f"{base(order)}/asset/", {"asset": payments.usdc.pk})
+    assert response.status_code == 302
+    invoice = Invoice.objects.get(order=order)
+    html = page(client, order)
+    assert invoice.deposit_address.address in html
+    assert '<code id="pay-amount" data-testid="amount">500</code> USDC' in html
+    assert "<svg" in html  # the QR code
+    assert "I&#x27;ve paid" in html or "I've paid" in html
+
+
+def test_the_panel_speaks_french(client: Client, payments: Payments, order: Order) -> None:
+    services.create_invoice(order, payments.usdc)
+    html = page(client, order, "fr")
+    assert "J\u2019ai payé" in html
+    assert "En attente de votre paiement." in html
+
+
+def test_a_malformed_hash_is_refused_on_the_page(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    response = client.post(f"{base(order)}/paid/", {"tx_hash": "0x1234"}, follow=True)
+    assert "0x followed by 64 hexadecimal digits" in response.content.decode()
+    assert Invoice.objects.get(pk=invoice.pk).claimed_at is None
+
+
+def test_ive_paid_records_the_claim(
+    client: Client, payments: Payments, order: Order, django_capture_on_commit_callbacks: Any
+) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    with django_capture_on_commit_callbacks() as callbacks:
+        client.post(f"{base(order)}/paid/", {"tx_hash": ""})
+    assert len(callbacks) == 1  # the verification task, enqueued after commit
+    assert Invoice.objects.get(pk=invoice.pk).claimed_at is not None
+    assert "we are checking the chain now" in client.get(f"{base(order)}/").content.decode()
+
+
+def test_the_panel_shows_progress_partial_payment_and_delays(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    payments.dev.pay_invoice(invoice, invoice.asset.from_units(invoice.amount_due) / 2)
+    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    html = client.get(f"{base(order)}/").content.decode()
+    assert "Payment seen: 1 of 2 confirmations." in html
+    assert "250 USDC received; 250 USDC still due." in html
+    Invoice.objects.filter(pk=invoice.pk).update(check_delayed=True)
+    assert "Checking is delayed" in client.get(f"{base(order)}/").content.decode()
+
+
+def test_settling_mails_the_researcher(
+    payments: Payments, order: Order, eager_tasks: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    payments.dev.pay_invoice(invoice)
+    payments.dev.mine(2)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID
+    (message,) = mail.outbox
+    assert message.subject == f"Payment received for {order.reference}"
+
+
+def test_an_expired_hold_mails_the_researcher(
+    order: Order, eager_tasks: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    Order.objects.filter(pk=order.pk).update(hold_expires_at=timezone.now() - timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert expire_unpaid_holds() == 1
+    (message,) = mail.outbox
+    assert "the hold has ended" in message.subject
+
+
+def test_a_payment_under_way_keeps_the_hold(payments: Payments, order: Order) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    payments.dev.pay_invoice(invoice)
+    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    assert Invoice.objects.get(pk=invoice.pk).status == Invoice.STATUS_PROCESSING
+    Order.objects.filter(pk=order.pk).update(hold_expires_at=timezone.now() - timedelta(seconds=1))
+    assert expire_unpaid_holds() == 0
+    assert Order.objects.get(pk=order.pk).status == Order.STATUS_AWAITING_PAYMENT
