@@ -174,21 +174,36 @@ def scan_chain(
         for invoice in invoices:
             by_asset.setdefault(invoice.asset_id, []).append(invoice)
         native: dict[int, tuple[int, int]] = {}
+        touched: set[int] = set()
         for group in by_asset.values():
             asset = group[0].asset
             if asset.is_native:
                 native.update(_scan_native(client, group, head, confirmed))
             else:
-                report.transfers_recorded += _scan_token(
-                    client, chain, asset, group, head, confirmed
-                )
+                recorded, changed = _scan_token(client, chain, asset, group, head, confirmed)
+                report.transfers_recorded += recorded
+                touched |= changed
     except (RpcUnavailable, ChainMismatch):
         # The page says "checking is delayed"; the next cycle starts from the database again.
         Invoice.objects.filter(pk__in=[i.pk for i in invoices]).update(check_delayed=True)
         raise
     Chain.objects.filter(pk=chain.pk).update(scanned_block=head)
+    now = timezone.now()
     for invoice in invoices:
-        if recompute(invoice.pk, native=native.get(invoice.pk)):
+        # Only invoices whose state can have changed: new transfers, other balances, a
+        # pending payment, a deadline passed, a delay to clear, or a direct request.
+        amounts = native.get(invoice.pk)
+        if (
+            only is not None
+            or invoice.pk in touched
+            or invoice.status == Invoice.STATUS_PROCESSING
+            or invoice.check_delayed
+            or (invoice.status == Invoice.STATUS_NEW and now > invoice.expires_at)
+            or (
+                amounts is not None
+                and amounts != (int(invoice.amount_seen), int(invoice.amount_confirmed))
+            )
+        ) and recompute(invoice.pk, native=amounts):
             report.settled.append(invoice.pk)
     report.rpc_requests = client.requests_made
     return report
@@ -205,14 +220,15 @@ def _scan_token(
     invoices: list[Invoice],
     head: int,
     confirmed: int,
-) -> int:
-    """Record Transfer logs of the asset's own contract into the invoices' addresses."""
+) -> tuple[int, set[int]]:
+    """Record Transfer logs of the asset's own contract into the invoices' addresses.
+    Returns how many were recorded and the invoices whose transfers changed."""
     # From the oldest open invoice's first block: every transfer that can count is in range,
     # so one that the chain no longer shows has been removed by a reorganisation.
     from_block = min(i.created_block for i in invoices)
     found: list[Transfer] = []
     if from_block > head:  # a chain younger than our invoices (a reset dev chain)
-        return 0
+        return 0, set()
     for chunk in _chunks(invoices):
         by_address = {i.deposit_address.address.lower(): i for i in chunk}
         logs = client.token_transfers(asset.contract_address, list(by_address), from_block, head)
@@ -256,12 +272,14 @@ def _scan_token(
     # A transfer recorded in the scanned range that the chain no longer shows was removed by
     # a reorganisation: it is orphaned and stops counting.
     kept = {(t.tx_hash, t.log_index) for t in found}
+    changed = {t.invoice_id for t in found}
     for transfer in Transfer.objects.filter(invoice__in=invoices).exclude(
         status=Transfer.STATUS_ORPHANED
     ):
         if (transfer.tx_hash, transfer.log_index) not in kept:
             Transfer.objects.filter(pk=transfer.pk).update(status=Transfer.STATUS_ORPHANED)
-    return len(found)
+            changed.add(transfer.invoice_id)
+    return len(found), changed
 
 
 def _scan_native(

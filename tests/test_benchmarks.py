@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_bench(script: str, *args: str) -> tuple[int, dict[str, object]]:
+def run_bench(
+    script: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, object]]:
     result = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), *args],
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -51,3 +55,19 @@ def test_the_pages_benchmark_drives_the_real_server() -> None:
         assert isinstance(figures, dict)
         assert figures["requests"] == 20
         assert 0 < figures["p50_ms"] <= figures["p95_ms"]
+
+
+def test_the_payment_scan_benchmark_stays_within_its_request_bound() -> None:
+    code, report = run_bench(
+        "payment_scan.py",
+        "--sizes",
+        "3,7",
+        "--latency-samples",
+        "1",
+        env={"PAYMENT_SCAN_SECONDS": "1"},
+    )
+    assert code == 0, report
+    cycles = report["cycles"]
+    assert isinstance(cycles, list)
+    assert [c["invoices"] for c in cycles] == [3, 7]
+    assert all(c["rpc_requests"] <= c["bound"] for c in cycles)
