@@ -10,9 +10,11 @@ from django.core import mail
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
+from payments import services
+from payments.models import Chain, Invoice
 from reservations.models import Order
 from tests.browser.conftest import Shots
-from tests.conftest import PRIVATE_KEY, build_inventory, openssh_public_key
+from tests.conftest import PRIVATE_KEY, Payments, build_inventory, openssh_public_key
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
@@ -165,3 +167,42 @@ def test_the_booking_form_is_usable_from_the_keyboard(
     focus_ring = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert focus_ring != "none"
     shots(page, "keyboard")
+
+
+def test_a_researcher_pays_and_watches_it_settle_without_reloading(
+    page: Page, live_server: Any, shots: Shots, committed_payments: Payments
+) -> None:
+    build_inventory()
+    page.goto(f"{live_server.url}/de/book/")
+    fill_plan(page, lots="1")
+    submit(page)
+    fill_contact(page, openssh_public_key())
+    submit(page)
+    submit(page, "form.actions button[type=submit]")
+
+    page.get_by_role("button", name="USDC · Local dev chain (anvil)").click()
+    page.wait_for_load_state()
+    order = Order.objects.get()
+    invoice = Invoice.objects.get(order=order)
+    expect(page.get_by_test_id("address")).to_have_text(invoice.deposit_address.address)
+    expect(page.get_by_test_id("amount")).to_have_text("1130")
+    expect(page.locator(".qr svg")).to_be_visible()
+    shots(page, "invoice")
+
+    tx = committed_payments.dev.pay_invoice(invoice)
+    page.fill("#id_tx_hash", tx)
+    page.get_by_role("button", name="Ich habe bezahlt").click()
+    page.wait_for_load_state()
+    expect(page.get_by_test_id("claim")).to_be_visible()
+    page.evaluate("window.stillTheSamePage = true")
+
+    scan = Chain.objects.get(pk=committed_payments.chain.pk)
+    services.scan_chain(scan)
+    expect(page.get_by_test_id("payment-status")).to_contain_text("1 von 2", timeout=15_000)
+    shots(page, "seen")
+    committed_payments.dev.mine(1)
+    services.scan_chain(Chain.objects.get(pk=scan.pk))
+    expect(page.get_by_test_id("payment-status")).to_contain_text("beglichen", timeout=15_000)
+    assert page.evaluate("window.stillTheSamePage") is True  # updated in place
+    shots(page, "settled")
+    assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID

@@ -14,8 +14,7 @@ from payments.models import Chain, Invoice
 from payments.tasks import scan_open_invoices
 from reservations.models import Order, OrderEvent
 from reservations.services import place_order
-from tests.conftest import RequestFactory, build_inventory
-from tests.payments.conftest import Payments
+from tests.conftest import Payments, RequestFactory, build_inventory
 from tests.workers import WorkerProcess, wait_for
 
 

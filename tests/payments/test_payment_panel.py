@@ -14,7 +14,7 @@ from payments import services
 from payments.models import Chain, Invoice
 from reservations.models import Order
 from reservations.services import expire_unpaid_holds
-from tests.payments.conftest import Payments
+from tests.conftest import Payments
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from payments.devchain import DevChain
 from payments.models import Chain, DepositAddress, Invoice, Transfer
 from reservations.errors import BookingRefused
 from reservations.models import Hold, Order
-from tests.payments.conftest import Payments
+from tests.conftest import Payments
 
 pytestmark = pytest.mark.django_db
 
