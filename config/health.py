@@ -34,8 +34,25 @@ def _broker() -> str:
     return "ok"
 
 
+def _chains() -> dict[str, str]:
+    """Each active payment chain's node: reachable and serving the configured chain id."""
+    from payments.models import Chain
+    from payments.rpc import RpcClient, RpcError, RpcUnavailable
+
+    found: dict[str, str] = {}
+    for chain in Chain.objects.filter(is_active=True):
+        try:
+            served = RpcClient(chain.rpc_url, timeout=2).chain_id()
+        except (RpcUnavailable, RpcError) as exc:
+            found[f"chain {chain.chain_id}"] = f"error: {type(exc).__name__}"
+            continue
+        ok = served == chain.chain_id
+        found[f"chain {chain.chain_id}"] = "ok" if ok else f"error: serves chain {served}"
+    return found
+
+
 def health(request: HttpRequest) -> JsonResponse:
-    checks = {"database": _database(), "broker": _broker()}
+    checks = {"database": _database(), "broker": _broker(), **_chains()}
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse(
         {"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -59,8 +60,39 @@ def confirmed_height(chain: Chain, client: RpcClient, head: int) -> int:
 # --------------------------------------------------------------------------- invoices
 
 
+OFFERED_KEY = "payments:offered-assets"
+OFFERED_SECONDS = 15
+PRICE_SECONDS = 120
+
+
+def _price_key(asset: Asset) -> str:
+    return f"payments:price-ok:{asset.pk}"
+
+
 def offered_assets() -> list[Asset]:
-    return list(Asset.objects.filter(is_active=True, chain__is_active=True).select_related("chain"))
+    """What the payment panel offers now: every active stablecoin, and a native coin only
+    while its price feed is fresh (the scanner checks it each cycle). Cached briefly."""
+    offered: list[Asset] | None = cache.get(OFFERED_KEY)
+    if offered is None:
+        active = Asset.objects.filter(is_active=True, chain__is_active=True).select_related("chain")
+        offered = [a for a in active if not a.is_native or cache.get(_price_key(a))]
+        cache.set(OFFERED_KEY, offered, OFFERED_SECONDS)
+    return offered
+
+
+def refresh_prices(chain: Chain) -> None:
+    """Check each native asset's feed; a stale or absurd one stops the coin being offered."""
+    natives = [a for a in chain.assets.filter(is_active=True) if a.is_native]
+    if not natives:
+        return
+    client = client_for(chain)
+    for asset in natives:
+        try:
+            cache.set(_price_key(asset), str(usd_per_unit(asset, client)), PRICE_SECONDS)
+        except PriceUnavailable as exc:
+            cache.delete(_price_key(asset))
+            log.warning("coin not offered", extra={"asset": str(asset), "reason": str(exc)})
+    cache.delete(OFFERED_KEY)
 
 
 def create_invoice(order: Order, asset: Asset, *, client: RpcClient | None = None) -> Invoice:

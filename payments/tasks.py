@@ -29,6 +29,7 @@ def scan_open_invoices() -> int:
             continue
         try:
             settled += len(services.scan_chain(chain).settled)
+            services.refresh_prices(chain)
         except (RpcUnavailable, RpcError, services.ChainMismatch) as exc:
             log.warning("scan delayed", extra={"chain": chain.chain_id, "error": str(exc)})
         finally:

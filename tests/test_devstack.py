@@ -129,9 +129,10 @@ def test_make_run_starts_web_worker_and_beat_and_ctrl_c_stops_them(stack: Stack)
     stack.wait_for(r"worker \| .*ready\.")
     stack.wait_for(r"beat \| .*beat: Starting")
     assert "Catalogue loaded." in stack.output
+    assert "Dev chain ready" in stack.output
 
     health = json.loads(urllib.request.urlopen(stack.url("/healthz")).read())
-    assert health == {"status": "ok", "database": "ok", "broker": "ok"}
+    assert health == {"status": "ok", "database": "ok", "broker": "ok", "chain 31337": "ok"}
     desk = log_in(stack, login.group(1), login.group(2))
     assert "Site administration" in desk
     assert "Orders" in desk

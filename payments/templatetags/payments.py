@@ -7,7 +7,8 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from payments.models import Asset, Invoice
+from payments import services
+from payments.models import Invoice
 from payments.panel import panel_for
 from reservations.models import Order
 
@@ -15,17 +16,18 @@ register = template.Library()
 
 
 def panel_context(order: Order) -> dict[str, Any]:
+    # Most page views of an unpaid order have no invoice yet: look for its id first.
+    current = Invoice.objects.filter(order=order, is_current=True).values_list("pk", flat=True)
+    invoice_id = current.first()
     invoice = (
-        Invoice.objects.filter(order=order, is_current=True)
-        .select_related("asset__chain", "deposit_address")
-        .first()
+        Invoice.objects.select_related("asset__chain", "deposit_address").get(pk=invoice_id)
+        if invoice_id
+        else None
     )
     return {
         "order": order,
         "panel": panel_for(invoice) if invoice else None,
-        "assets": Asset.objects.filter(is_active=True, chain__is_active=True).select_related(
-            "chain"
-        ),
+        "assets": services.offered_assets(),
         "now": timezone.now(),
     }
 

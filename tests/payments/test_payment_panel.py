@@ -113,3 +113,26 @@ def test_a_payment_under_way_keeps_the_hold(payments: Payments, order: Order) ->
     Order.objects.filter(pk=order.pk).update(hold_expires_at=timezone.now() - timedelta(seconds=1))
     assert expire_unpaid_holds() == 0
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_AWAITING_PAYMENT
+
+
+def test_eth_is_offered_only_while_its_price_is_fresh(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    services.refresh_prices(payments.chain)
+    assert [a.symbol for a in services.offered_assets()] == ["USDC", "ETH"]
+    assert "ETH · Local dev chain (anvil)" in page(client, order)
+
+    payments.dev.set_price(3000, updated_at=1_000_000)  # stale
+    services.refresh_prices(payments.chain)
+    assert [a.symbol for a in services.offered_assets()] == ["USDC"]
+    html = page(client, order)
+    assert "ETH · Local dev chain (anvil)" not in html
+    assert "USDC · Local dev chain (anvil)" in html
+
+
+def test_health_reports_the_chain(client: Client, payments: Payments) -> None:
+    assert client.get("/healthz").json()["chain 31337"] == "ok"
+    Chain.objects.filter(pk=payments.chain.pk).update(chain_id=1)
+    body = client.get("/healthz").json()
+    assert body["chain 1"] == "error: serves chain 31337"
+    assert body["status"] == "error"
