@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
 
+from payments import services
 from payments.models import Asset, Chain, Invoice, Transfer
-from reservations.admin import ReadOnlyInline
+from reservations.admin import ReadOnlyInline, ask_reason
+from reservations.errors import BookingRefused, LotUnavailable
+from reservations.services import Actor
 
 
 class AssetInline(admin.TabularInline):
@@ -53,6 +57,46 @@ class InvoiceAdmin(admin.ModelAdmin):
     )
     list_select_related = ("order", "asset__chain", "deposit_address")
     inlines = (TransferInline,)
+    actions = ("accept_late_payments", "mark_refunded")
+
+    @admin.action(description="Accept late payments (books the window again if lots are free)")
+    def accept_late_payments(self, request: HttpRequest, queryset: QuerySet[Invoice]) -> None:
+        actor = Actor.of(request.user)  # type: ignore[arg-type]
+        for invoice in queryset:
+            try:
+                services.accept_late_payment(invoice, actor=actor)
+            except BookingRefused as exc:
+                self.message_user(request, f"{invoice}: {' '.join(exc.messages)}", messages.ERROR)
+            except LotUnavailable:
+                self.message_user(
+                    request, f"{invoice}: the lots are taken now — refund instead.", messages.ERROR
+                )
+            else:
+                self.message_user(request, f"{invoice}: accepted; the order is paid.")
+
+    @admin.action(description="Mark refunded (asks for a note)")
+    def mark_refunded(
+        self, request: HttpRequest, queryset: QuerySet[Invoice]
+    ) -> HttpResponse | None:
+        reason, page = ask_reason(
+            self,
+            request,
+            queryset,
+            action="mark_refunded",
+            title="Mark refunded",
+            explanation="Refund these payments from the operator wallet first, then record it.",
+        )
+        if reason is None:
+            return page
+        actor = Actor.of(request.user)  # type: ignore[arg-type]
+        for invoice in queryset:
+            try:
+                services.mark_refunded(invoice, actor=actor, reason=reason)
+            except BookingRefused as exc:
+                self.message_user(request, f"{invoice}: {' '.join(exc.messages)}", messages.ERROR)
+            else:
+                self.message_user(request, f"{invoice}: marked refunded.")
+        return None
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # Invoices change only through the payment services.

@@ -60,6 +60,12 @@ class Asset(models.Model):
         max_length=42, blank=True, help_text=_("Chainlink-style USD feed (native coin only)")
     )
     feed_max_age_seconds = models.PositiveIntegerField(default=3600)
+    invoice_minutes = models.PositiveIntegerField(
+        default=0,
+        help_text=_(
+            "How long an invoice in this coin stays payable; 0: as long as the order's hold"
+        ),
+    )
     is_active = models.BooleanField(default=True)
     display_order = models.PositiveSmallIntegerField(default=0)
 

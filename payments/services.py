@@ -129,6 +129,8 @@ def create_invoice(order: Order, asset: Asset, *, client: RpcClient | None = Non
         if asset.is_native:
             starting = client.balances([address.address], [head])[(address.address, head)]
         expires_at = locked.hold_expires_at
+        if asset.invoice_minutes:
+            expires_at = min(expires_at, timezone.now() + timedelta(minutes=asset.invoice_minutes))
         return Invoice.objects.create(
             order=locked,
             asset=asset,
@@ -411,6 +413,43 @@ def recompute(
     if status == Invoice.STATUS_SETTLED:
         log.info("invoice settled", extra={"invoice": invoice.pk, "order": order.reference})
     return status == Invoice.STATUS_SETTLED
+
+
+def accept_late_payment(invoice: Invoice, *, actor: reservations.Actor) -> None:
+    """The operator accepts a payment that arrived after expiry: the order is paid — its
+    window booked again if the lots are still free (else LotUnavailable: refund instead)."""
+    with transaction.atomic():
+        # Locks: the order's row, then the invoice's.
+        order = Order.objects.select_for_update().get(pk=invoice.order_id)
+        locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        if (
+            locked.status != Invoice.STATUS_EXPIRED
+            or locked.exception != Invoice.EXCEPTION_PAID_LATE
+            or locked.amount_confirmed < locked.amount_due
+        ):
+            raise BookingRefused({"invoice": [refusal("not_a_late_payment")]})
+        reason = f"late payment accepted (invoice {locked.pk})"
+        if order.status == Order.STATUS_AWAITING_PAYMENT:
+            reservations.mark_paid(order, actor=actor, reason=reason)
+        else:
+            reservations.reinstate_paid(order, actor=actor, reason=reason)
+        Invoice.objects.filter(pk=locked.pk).update(
+            status=Invoice.STATUS_SETTLED, settled_at=timezone.now()
+        )
+
+
+def mark_refunded(invoice: Invoice, *, actor: reservations.Actor, reason: str) -> None:
+    """The operator refunded what reached an expired invoice (paid late, or partly) from the
+    operator's wallet: the invoice is closed (invalid) and the order's history says why."""
+    if not reason.strip():
+        raise BookingRefused({"reason": [refusal("required")]})
+    with transaction.atomic():
+        changed = Invoice.objects.filter(
+            pk=invoice.pk, status=Invoice.STATUS_EXPIRED, amount_seen__gt=0
+        ).update(status=Invoice.STATUS_INVALID)
+        if not changed:
+            raise BookingRefused({"invoice": [refusal("nothing_to_refund")]})
+        reservations.record_note(invoice.order, actor=actor, reason=f"refunded: {reason}")
 
 
 def check_claim(invoice: Invoice, client: RpcClient) -> str:

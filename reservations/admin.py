@@ -103,8 +103,38 @@ class EventInline(ReadOnlyInline):
     readonly_fields = fields
 
 
-class CancelForm(forms.Form):
+class ReasonForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000)
+
+
+def ask_reason(
+    admin_view: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    *,
+    action: str,
+    title: str,
+    explanation: str,
+) -> tuple[str | None, HttpResponse | None]:
+    """An admin action's reason: (reason, None) once given, else (None, the page asking)."""
+    form = ReasonForm(request.POST if "reason" in request.POST else None)
+    if form.is_valid():
+        return form.cleaned_data["reason"], None
+    page = TemplateResponse(
+        request,
+        "admin/reason_action.html",
+        {
+            **admin_view.admin_site.each_context(request),
+            "title": title,
+            "explanation": explanation,
+            "items": queryset,
+            "form": form,
+            "action": action,
+            "opts": admin_view.model._meta,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        },
+    )
+    return None, page
 
 
 @admin.register(Order)
@@ -197,24 +227,21 @@ class OrderAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel selected orders (asks for a reason)")
     def cancel_orders(self, request: HttpRequest, queryset: QuerySet[Order]) -> HttpResponse | None:
-        form = CancelForm(request.POST if "reason" in request.POST else None)
-        if not form.is_valid():
-            return TemplateResponse(
-                request,
-                "admin/reservations/order/cancel.html",
-                {
-                    **self.admin_site.each_context(request),
-                    "title": "Cancel orders",
-                    "orders": queryset,
-                    "form": form,
-                    "opts": self.model._meta,
-                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-                },
-            )
+        reason, page = ask_reason(
+            self,
+            request,
+            queryset,
+            action="cancel_orders",
+            title="Cancel orders",
+            explanation="Cancel these orders? Their lots are released at once; "
+            "a paid order's refund is yours to make.",
+        )
+        if reason is None:
+            return page
         actor = services.Actor.of(request.user)  # type: ignore[arg-type]
         for order in queryset:
             try:
-                services.cancel_order(order, actor=actor, reason=form.cleaned_data["reason"])
+                services.cancel_order(order, actor=actor, reason=reason)
             except InvalidTransition as exc:
                 self.message_user(request, f"{order.reference}: {exc}", messages.ERROR)
             else:

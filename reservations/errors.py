@@ -55,6 +55,8 @@ MESSAGES = {
     "not_awaiting_payment": _("This order is not waiting for a payment."),
     "payment_under_way": _("A payment to this invoice is already under way."),
     "chain_unreachable": _("The payment network cannot be reached right now; try again shortly."),
+    "not_a_late_payment": _("Only a confirmed payment that arrived late can be accepted."),
+    "nothing_to_refund": _("This invoice has nothing to refund."),
     "invalid_tx_hash": _("A transaction hash is 0x followed by 64 hexadecimal digits."),
     "invalid_transition": _("This order cannot go from %(current)s to %(target)s."),
 }

@@ -245,6 +245,56 @@ def mark_paid(order: Order, *, actor: Actor, reason: str) -> bool:
     return True
 
 
+def reinstate_paid(order: Order, *, actor: Actor, reason: str) -> None:
+    """An expired order whose payment arrived late is accepted: its window is booked again
+    if enough lots are still free, and it is paid.
+
+    Raises LotUnavailable (with the next start) when they are not — then the operator
+    refunds — and InvalidTransition when the order is not expired. Must run in the caller's
+    transaction (the invoice settles with it). The exclusion constraint arbitrates against
+    a concurrent booking, as for any other hold.
+    """
+    with transaction.atomic():
+        # Locks: the order's row (taken again if the caller holds it: no-op).
+        current = (
+            Order.objects.select_for_update().values_list("status", flat=True).get(pk=order.pk)
+        )
+        if current != Order.STATUS_EXPIRED:
+            raise InvalidTransition(current, Order.STATUS_PAID)
+        period = availability.blocked_period(order.starts_at, order.window_days)
+        lots = list(
+            availability.free_lots(order.kind_id, order.starts_at, order.window_days)[
+                : order.lot_count
+            ]
+        )
+        if len(lots) < order.lot_count:
+            raise LotUnavailable(None)
+        try:
+            with transaction.atomic():
+                Hold.objects.bulk_create(
+                    Hold(order=order, lot=lot, period=period, status=Hold.Status.BOOKED)
+                    for lot in lots
+                )
+        except IntegrityError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != _EXCLUSION_VIOLATION:
+                raise
+            raise LotUnavailable(None) from None
+        transition(
+            order,
+            Order.STATUS_PAID,
+            allowed_from=[Order.STATUS_EXPIRED],
+            actor=actor,
+            reason=reason,
+        )
+    notifications.enqueue_order_mail(order, "order_paid")
+
+
+def record_note(order: Order, *, actor: Actor, reason: str) -> None:
+    """An audit entry without a state change (a refund made outside, a decision taken)."""
+    current = Order.objects.values_list("status", flat=True).get(pk=order.pk)
+    _record(order, current, current, actor, reason)
+
+
 def _release_holds(order: Order, now: datetime) -> int:
     return Hold.objects.filter(order=order, status__in=Hold.COUNTING).update(
         status=Hold.Status.RELEASED, released_at=now

@@ -136,3 +136,33 @@ def test_health_reports_the_chain(client: Client, payments: Payments) -> None:
     body = client.get("/healthz").json()
     assert body["chain 1"] == "error: serves chain 31337"
     assert body["status"] == "error"
+
+
+def test_the_operator_desk_lists_invoices_and_accepts_a_late_payment(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    from accounts.models import User
+
+    client.force_login(User.objects.create_superuser("op@example.org", "a-long-password-1"))
+    invoice = services.create_invoice(order, payments.usdc)
+    Invoice.objects.filter(pk=invoice.pk).update(
+        status=Invoice.STATUS_EXPIRED,
+        exception=Invoice.EXCEPTION_PAID_LATE,
+        amount_confirmed=invoice.amount_due,
+        amount_seen=invoice.amount_due,
+    )
+    listing = client.get("/admin/payments/invoice/", {"exception__exact": "paid_late"})
+    assert order.reference in listing.content.decode()
+    found = client.get("/admin/payments/invoice/", {"q": invoice.deposit_address.address})
+    assert order.reference in found.content.decode()
+    client.post(
+        "/admin/payments/invoice/",
+        {"action": "accept_late_payments", "_selected_action": [invoice.pk]},
+    )
+    assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID
+    for page_url in (
+        "/admin/payments/chain/",
+        "/admin/payments/transfer/",
+        f"/admin/payments/invoice/{invoice.pk}/change/",
+    ):
+        assert client.get(page_url).status_code == 200

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -13,8 +14,9 @@ from payments import devchain, services
 from payments.derivation import address_at
 from payments.devchain import DevChain
 from payments.models import Chain, DepositAddress, Invoice, Transfer
-from reservations.errors import BookingRefused
+from reservations.errors import BookingRefused, LotUnavailable
 from reservations.models import Hold, Order
+from reservations.services import Actor
 from tests.conftest import Payments
 
 pytestmark = pytest.mark.django_db
@@ -247,3 +249,62 @@ def test_the_scanner_makes_a_bounded_number_of_requests(payments: Payments, orde
     report = scan(payments)
     # chainId, blockNumber, one getLogs, one block batch
     assert report.rpc_requests == 4
+
+
+def test_an_asset_can_shorten_how_long_its_invoices_are_payable(
+    payments: Payments, order: Order
+) -> None:
+    payments.eth.invoice_minutes = 15
+    payments.eth.save(update_fields=["invoice_minutes"])
+    invoice = services.create_invoice(order, payments.eth)
+    assert invoice.expires_at <= timezone.now() + timedelta(minutes=15)
+    assert invoice.expires_at < order.hold_expires_at
+    usdc = services.create_invoice(order, payments.usdc)
+    assert usdc.expires_at == order.hold_expires_at
+
+
+def _late(payments: Payments, order: Order) -> Invoice:
+    invoice = services.create_invoice(order, payments.usdc)
+    Invoice.objects.filter(pk=invoice.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    Order.objects.filter(pk=order.pk).update(hold_expires_at=timezone.now() - timedelta(minutes=1))
+    from reservations.services import expire_unpaid_holds
+
+    assert expire_unpaid_holds() == 1  # nothing seen yet: the hold ends, the lots are freed
+    payments.dev.pay_invoice(invoice)
+    payments.dev.mine(2)
+    scan(payments)
+    assert state(invoice) == (Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE)
+    return invoice
+
+
+def test_the_operator_accepts_a_late_payment_while_the_lots_are_free(
+    payments: Payments, order: Order
+) -> None:
+    invoice = _late(payments, order)
+    operator = Actor("operator@example.org")
+    services.accept_late_payment(invoice, actor=operator)
+    order.refresh_from_db()
+    assert order.status == Order.STATUS_PAID
+    assert order.holds.filter(status=Hold.Status.BOOKED).count() == 1
+    assert state(invoice)[0] == Invoice.STATUS_SETTLED
+    with pytest.raises(BookingRefused):
+        services.accept_late_payment(Invoice.objects.get(pk=invoice.pk), actor=operator)
+
+
+def test_a_late_payment_whose_lots_are_gone_is_refunded(
+    payments: Payments, order: Order, make_request: Any
+) -> None:
+    invoice = _late(payments, order)
+    from reservations.services import place_order
+
+    taker = make_request(lot_count=2, window_days=3, starts_at=order.starts_at)  # all H200 lots
+    place_order(taker)
+    operator = Actor("operator@example.org")
+    with pytest.raises(LotUnavailable):
+        services.accept_late_payment(invoice, actor=operator)
+    assert Order.objects.get(pk=order.pk).status == Order.STATUS_EXPIRED
+    with pytest.raises(BookingRefused):
+        services.mark_refunded(invoice, actor=operator, reason=" ")
+    services.mark_refunded(invoice, actor=operator, reason="sent back 500 USDC, tx 0xabc")
+    assert state(invoice)[0] == Invoice.STATUS_INVALID
+    assert order.events.filter(reason__startswith="refunded: sent back").exists()
