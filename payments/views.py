@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from payments import services
-from payments.models import Asset
+from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
 from payments.templatetags.payments import panel_context
 from reservations.errors import MESSAGES, BookingRefused
@@ -39,7 +39,7 @@ def choose_asset(request: HttpRequest, reference: str, secret: str) -> HttpRespo
 def claim(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
     """ "I've paid" (optionally with the transaction's hash): a worker checks at once."""
     order = order_by_link(reference, secret)
-    invoice = order.invoices.filter(is_current=True).first()  # type: ignore[attr-defined]
+    invoice = Invoice.objects.filter(order=order, is_current=True).first()
     if invoice is None:
         return redirect(order_url(order) + "#payment")
     try:
