@@ -115,3 +115,15 @@ def test_ive_paid_is_verified_by_a_real_worker(
     invoice.refresh_from_db()
     assert (invoice.status, invoice.claim_result) == (Invoice.STATUS_SETTLED, "pays_invoice")
     assert "payments.tasks.verify_invoice" in celery_worker.log()
+
+
+@pytest.mark.django_db
+def test_a_lost_verification_message_loses_nothing(
+    payments: Payments, order: Order, django_capture_on_commit_callbacks: object
+) -> None:
+    invoice = paid_and_confirmed(payments, order)
+    with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
+        services.claim_payment(invoice, "")
+    assert len(callbacks) == 1  # the verification task that would have been sent: dropped
+    assert scan_open_invoices() == 1  # beat's scanner finds the payment from the database
+    assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID
