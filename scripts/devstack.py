@@ -105,6 +105,21 @@ def pump(name: str, stream: object) -> None:
         sys.stdout.flush()
 
 
+def spawn(name: str, command: list[str]) -> subprocess.Popen[str]:
+    """A child whose output is prefixed with ``name``; in its own session, so Ctrl-C reaches
+    only us and we stop the children in order."""
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    threading.Thread(target=pump, args=(name, process.stdout), daemon=True).start()
+    return process
+
+
 def start_devchain(port: str) -> subprocess.Popen[str]:
     """anvil on loopback, a block every 2 s, its state kept in var/ across restarts."""
     binary = ROOT / "node_modules" / ".bin" / "anvil"
@@ -123,19 +138,11 @@ def start_devchain(port: str) -> subprocess.Popen[str]:
         "--state",
         str(VAR / "anvil-state.json"),
     ]
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    process = spawn("chain", command)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", int(port))) == 0:
-                threading.Thread(target=pump, args=("chain", process.stdout), daemon=True).start()
                 return process
         if process.poll() is not None:
             break
@@ -198,16 +205,7 @@ def main() -> int:
     }
     processes: dict[str, subprocess.Popen[str]] = {"chain": anvil}
     for name, command in commands.items():
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order
-        )
-        processes[name] = process
-        threading.Thread(target=pump, args=(name, process.stdout), daemon=True).start()
+        processes[name] = spawn(name, command)
 
     print(f"\nGPU lots is running: http://{host}:{port}/")
     print(f"Operator desk: http://{host}:{port}/admin/  ·  health: /healthz")
