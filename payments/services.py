@@ -115,9 +115,13 @@ def create_invoice(order: Order, asset: Asset, *, client: RpcClient | None = Non
             raise BookingRefused({"asset": [refusal("not_awaiting_payment")]})
         current = Invoice.objects.filter(order=locked, is_current=True).first()
         if current is not None:
-            if current.amount_seen > 0 or current.status != Invoice.STATUS_NEW:
+            replaceable = current.amount_seen == 0 and current.status in (
+                Invoice.STATUS_NEW,
+                Invoice.STATUS_EXPIRED,
+            )
+            if not replaceable:
                 raise BookingRefused({"asset": [refusal("payment_under_way")]})
-            if current.asset_id == asset.pk:
+            if current.asset_id == asset.pk and current.status == Invoice.STATUS_NEW:
                 return current
             Invoice.objects.filter(pk=current.pk).update(is_current=False)
         address = derivation.new_deposit_address(asset.chain)

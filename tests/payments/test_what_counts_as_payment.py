@@ -308,3 +308,38 @@ def test_a_late_payment_whose_lots_are_gone_is_refunded(
     services.mark_refunded(invoice, actor=operator, reason="sent back 500 USDC, tx 0xabc")
     assert state(invoice)[0] == Invoice.STATUS_INVALID
     assert order.events.filter(reason__startswith="refunded: sent back").exists()
+
+
+def test_an_expired_unpaid_invoice_is_replaced_while_the_hold_lasts(
+    payments: Payments, order: Order
+) -> None:
+    payments.usdc.invoice_minutes = 5
+    payments.usdc.save(update_fields=["invoice_minutes"])
+    first = services.create_invoice(order, payments.usdc)
+    Invoice.objects.filter(pk=first.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    scan(payments)
+    assert state(first) == (Invoice.STATUS_EXPIRED, "")
+    second = services.create_invoice(order, payments.usdc)
+    assert second.pk != first.pk
+    assert second.deposit_address != first.deposit_address
+    payments.dev.pay_invoice(second)
+    payments.dev.mine(2)
+    scan(payments)
+    assert state(second) == (Invoice.STATUS_SETTLED, "")
+
+
+def test_a_second_invoice_paid_after_the_order_is_paid_is_left_for_a_refund(
+    payments: Payments, order: Order
+) -> None:
+    old = services.create_invoice(order, payments.usdc)
+    current = services.create_invoice(order, payments.eth)  # replaces the USDC invoice
+    payments.dev.pay_invoice(current)
+    payments.dev.pay_invoice(old)  # someone pays the replaced address too
+    payments.dev.mine(2)
+    scan(payments)
+    # Exactly one of the two settles the order; the other waits for the operator's refund.
+    assert sorted([state(current), state(old)]) == [
+        (Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE),
+        (Invoice.STATUS_SETTLED, ""),
+    ]
+    assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID
