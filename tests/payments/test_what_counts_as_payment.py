@@ -343,3 +343,29 @@ def test_a_second_invoice_paid_after_the_order_is_paid_is_left_for_a_refund(
         (Invoice.STATUS_SETTLED, ""),
     ]
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID
+
+
+def test_fewer_confirmations_than_required_never_settle(payments: Payments, order: Order) -> None:
+    Chain.objects.filter(pk=payments.chain.pk).update(confirmations=5)
+    invoice = services.create_invoice(order, payments.usdc)
+    payments.dev.pay_invoice(invoice)
+    for _ in range(3):  # 1, 2, 3, 4 confirmations
+        scan(payments)
+        assert state(invoice)[0] == Invoice.STATUS_PROCESSING
+        payments.dev.mine(1)
+    scan(payments)
+    assert state(invoice)[0] == Invoice.STATUS_PROCESSING  # 4 of 5
+    payments.dev.mine(1)
+    scan(payments)
+    assert state(invoice)[0] == Invoice.STATUS_SETTLED  # the 5th
+
+
+def test_a_claim_naming_an_unrelated_transaction_says_so(payments: Payments, order: Order) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    elsewhere = payments.dev.pay_token(address_at(999), 10**6)
+    invoice.claim_tx_hash = elsewhere
+    assert services.check_claim(invoice, services.client_for(payments.chain)) == "unrelated"
+    invoice.claim_tx_hash = "0x" + "ab" * 32
+    assert services.check_claim(invoice, services.client_for(payments.chain)) == "not_found"
+    scan(payments)
+    assert state(invoice) == (Invoice.STATUS_NEW, "")
