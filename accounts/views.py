@@ -7,6 +7,7 @@ from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 from django.utils.translation import get_language
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from accounts import services
 from accounts.models import User
 from accounts.tokens import sign_in_tokens
+from api.models import ApiToken
 from config.forms import AccessibleForm
 
 
@@ -55,6 +57,32 @@ def sign_in_link(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
 def sign_out(request: HttpRequest) -> HttpResponse:
     logout(request)
     return redirect("reservations:landing")
+
+
+class TokenForm(AccessibleForm):
+    name = forms.CharField(label=_("Name"), max_length=80, help_text=_("e.g. the lab pipeline"))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tokens(request: HttpRequest) -> HttpResponse:
+    """Personal API tokens: made here, shown once, kept only as a hash, revocable."""
+    form = TokenForm(request.POST or None)
+    shown = None
+    if request.method == "POST" and form.is_valid():
+        _record, shown = ApiToken.issue(request.user, form.cleaned_data["name"])
+        form = TokenForm()
+    mine = ApiToken.objects.filter(user=request.user)  # type: ignore[misc]
+    return render(request, "accounts/tokens.html", {"form": form, "tokens": mine, "shown": shown})
+
+
+@login_required
+@require_POST
+def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
+    ApiToken.objects.filter(pk=token_id, user=request.user, revoked_at__isnull=True).update(  # type: ignore[misc]
+        revoked_at=timezone.now()
+    )
+    return redirect("accounts:tokens")
 
 
 @login_required

@@ -44,10 +44,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "accounts",
     "reservations",
     "payments",
     "provisioning",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -226,6 +229,36 @@ if not PAYMENT_XPUB.startswith(("xpub", "tpub")):
 PAYMENT_MONITOR_HOURS = env_int("PAYMENT_MONITOR_HOURS", 24, minimum=0)
 """How long after an invoice expires late payments are still watched for."""
 PAYMENT_RPC_TIMEOUT = env_int("PAYMENT_RPC_TIMEOUT_SECONDS", 10, minimum=1)
+
+# --- REST API: personal bearer tokens, JSON only, errors with stable codes, throttled. ---
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.BoundedJSONParser"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "api.throttles.TokenRateThrottle",
+        "api.throttles.AddressRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "token": env_str("API_THROTTLE_TOKEN", "120/minute"),
+        "address": env_str("API_THROTTLE_ADDRESS", "300/minute"),
+    },
+    "EXCEPTION_HANDLER": "api.errors.handle",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU lots API",
+    "DESCRIPTION": "Book lots of two GPUs, pay on-chain, follow the order. "
+    "Authenticate with `Authorization: Bearer <token>` (create tokens on your account page).",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
 
 # --- Logging: one line per event; JSON for log shippers. ---
 LOG_LEVEL = (env_str("LOG_LEVEL", "INFO") or "INFO").upper()

@@ -10,6 +10,7 @@ admin.site.site_title = "GPU lots"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health, name="health"),
+    path("api/v1/", include("api.urls")),
 ]
 urlpatterns += i18n_patterns(
     path("", include("reservations.urls")),

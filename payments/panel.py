@@ -37,20 +37,26 @@ def payment_uri(invoice: Invoice) -> str:
     return f"ethereum:{asset.contract_address}@{chain_id}/transfer?address={address}&uint256={due}"
 
 
+def confirmations(invoice: Invoice) -> int:
+    """Confirmations of the invoice's latest transfer, as of the scanner's last look."""
+    chain = invoice.asset.chain
+    head = chain.scanned_block or invoice.created_block
+    counted = invoice.transfers.exclude(status=Transfer.STATUS_ORPHANED)
+    latest = max((t.block_number for t in counted), default=None)
+    found = 0 if latest is None else max(0, head - latest + 1)
+    return min(found, chain.confirmations)
+
+
 def panel_for(invoice: Invoice) -> Panel:
     asset = invoice.asset
     chain = asset.chain
-    head = chain.scanned_block or invoice.created_block
-    counted = invoice.transfers.exclude(status=Transfer.STATUS_ORPHANED)
-    lowest = max((t.block_number for t in counted), default=None)
-    confirmations = 0 if lowest is None else max(0, head - lowest + 1)
     qr = segno.make(payment_uri(invoice), error="m")
     return Panel(
         invoice=invoice,
         amount_due=asset.from_units(invoice.amount_due),
         amount_seen=asset.from_units(invoice.amount_seen),
         outstanding=asset.from_units(invoice.amount_outstanding),
-        confirmations=min(confirmations, chain.confirmations),
+        confirmations=confirmations(invoice),
         confirmations_needed=chain.confirmations,
         qr_svg=qr.svg_inline(scale=4, dark="#1b1d22", light="#ffffff"),
     )

@@ -1,0 +1,87 @@
+"""Every API error is JSON with a stable ``code`` and a human ``detail`` — the same codes
+the booking pages' messages come from (reservations.errors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from reservations.errors import BookingRefused, InvalidTransition, LotUnavailable
+
+
+class RequestTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "request_too_large"
+
+
+class IdempotencyConflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "A request with this Idempotency-Key is being processed; retry shortly."
+    default_code = "request_in_progress"
+
+
+class IdempotencyKeyReused(exceptions.APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = "This Idempotency-Key was used with a different request."
+    default_code = "idempotency_key_reused"
+
+
+def refusal_body(error: DjangoValidationError) -> dict[str, Any]:
+    """A service's field refusals: the first one as the headline, all of them by field."""
+    fields = {
+        name: [{"code": e.code, "detail": " ".join(e.messages)} for e in found]
+        for name, found in error.error_dict.items()
+    }
+    first = next(iter(fields.values()))[0]
+    return {"code": first["code"], "detail": first["detail"], "fields": fields}
+
+
+def _codes(detail: Any) -> Any:
+    if isinstance(detail, dict):
+        return {key: _codes(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        return [_codes(item) for item in detail]
+    return {"code": getattr(detail, "code", "invalid"), "detail": str(detail)}
+
+
+def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, BookingRefused):
+        return Response(refusal_body(exc), status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, LotUnavailable):
+        body = {"code": exc.code, "detail": str(exc), "next_start": exc.next_start}
+        return Response(body, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, InvalidTransition):
+        return Response({"code": exc.code, "detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        fields = _codes(exc.detail)
+        if isinstance(fields, dict):
+            first = next(iter(fields.values()))
+            headline = first[0] if isinstance(first, list) else first
+            response.data = {
+                "code": headline.get("code", "invalid"),
+                "detail": headline.get("detail", ""),
+                "fields": fields,
+            }
+        else:
+            response.data = {"code": "invalid", "detail": str(exc.detail), "fields": {}}
+    elif isinstance(exc, exceptions.APIException):
+        codes = exc.get_codes()
+        response.data = {
+            "code": codes if isinstance(codes, str) else "error",
+            "detail": str(exc.detail),
+        }
+    return response

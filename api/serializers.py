@@ -1,0 +1,256 @@
+"""What the API reads and writes. Rules stay in the services: these only parse and shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from payments.models import Invoice
+from reservations.models import (
+    Environment,
+    HardwareKind,
+    Hypothesis,
+    Order,
+    Precision,
+    UsageMode,
+    Window,
+    Workload,
+)
+from reservations.validation import TEXT_LIMITS
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know, instead of ignoring them."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {
+                        name: [serializers.ErrorDetail("Unknown field.", code="unknown_field")]
+                        for name in unknown
+                    }
+                )
+        return super().to_internal_value(data)
+
+
+class PriceSerializer(serializers.Serializer):
+    window_days = serializers.IntegerField()
+    amount_usd = serializers.DecimalField(max_digits=10, decimal_places=2)
+
+
+class KindSerializer(serializers.ModelSerializer):
+    prices = PriceSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = HardwareKind
+        fields = (
+            "slug",
+            "name",
+            "vendor",
+            "generation",
+            "stack",
+            "memory_per_card_gb",
+            "cards_per_lot",
+            "interconnect",
+            "architecture",
+            "prices",
+        )
+
+
+class EnvironmentSerializer(serializers.ModelSerializer):
+    compatible_kinds: serializers.SlugRelatedField[HardwareKind] = serializers.SlugRelatedField(
+        slug_field="slug", many=True, read_only=True
+    )
+
+    class Meta:
+        model = Environment
+        fields = ("slug", "name", "description", "stack", "compatible_kinds")
+
+
+class AvailabilityQuery(StrictSerializer):
+    kind = serializers.SlugField()
+    window_days = serializers.ChoiceField(choices=Window.values)
+    starts_at = serializers.DateTimeField()
+    lot_count = serializers.IntegerField(min_value=1, max_value=64, default=1)
+
+
+class AvailabilitySerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    window_days = serializers.IntegerField()
+    starts_at = serializers.DateTimeField()
+    lot_count = serializers.IntegerField()
+    free_lots = serializers.IntegerField()
+    bookable_lots = serializers.IntegerField()
+    available = serializers.BooleanField()
+    next_start = serializers.DateTimeField(allow_null=True)
+
+
+class AdvisorQuery(StrictSerializer):
+    params_billion = serializers.DecimalField(
+        max_digits=10, decimal_places=3, min_value=0, max_value=100000
+    )
+    precision = serializers.ChoiceField(choices=Precision.values)
+    workload = serializers.ChoiceField(choices=Workload.values)
+
+
+class KindFitSerializer(serializers.Serializer):
+    kind_slug = serializers.CharField()
+    kind_name = serializers.CharField()
+    memory_per_card_gb = serializers.IntegerField()
+    fits_one_card = serializers.BooleanField()
+    fits_sharded = serializers.BooleanField()
+    verdict = serializers.CharField()
+
+
+class AdviceSerializer(serializers.Serializer):
+    params_billion = serializers.FloatField()
+    precision = serializers.CharField()
+    workload = serializers.CharField()
+    bytes_per_param = serializers.FloatField()
+    model_state_gb = serializers.FloatField()
+    replicated_per_card_gb = serializers.FloatField()
+    sharded_per_card_gb = serializers.FloatField()
+    fits = KindFitSerializer(many=True)
+    recommended_kind = serializers.CharField(allow_null=True)
+    assumptions = serializers.ListField(child=serializers.CharField())
+
+
+class OrderCreateSerializer(StrictSerializer):
+    """The same fields as the booking pages; every rule is checked by place_order."""
+
+    kind = serializers.CharField(max_length=50)
+    lot_count = serializers.IntegerField()
+    window_days = serializers.IntegerField()
+    starts_at = serializers.DateTimeField()
+    environment = serializers.CharField(max_length=100)
+    usage_mode = serializers.ChoiceField(choices=UsageMode.values)
+    hypothesis = serializers.ChoiceField(choices=Hypothesis.values)
+    hypothesis_text = serializers.CharField(
+        required=False, allow_blank=True, max_length=TEXT_LIMITS["hypothesis_text"]
+    )
+    contact_name = serializers.CharField(max_length=TEXT_LIMITS["contact_name"])
+    contact_email = serializers.EmailField(max_length=TEXT_LIMITS["contact_email"])
+    organisation = serializers.CharField(
+        required=False, allow_blank=True, max_length=TEXT_LIMITS["organisation"]
+    )
+    contact_phone = serializers.CharField(
+        required=False, allow_blank=True, max_length=TEXT_LIMITS["contact_phone"]
+    )
+    ssh_public_keys = serializers.ListField(
+        child=serializers.CharField(max_length=16384), min_length=1, max_length=10
+    )
+    model_params_billion = serializers.DecimalField(
+        max_digits=10, decimal_places=3, required=False, allow_null=True
+    )
+    model_precision = serializers.ChoiceField(
+        choices=Precision.values, required=False, allow_blank=True
+    )
+    model_workload = serializers.ChoiceField(
+        choices=Workload.values, required=False, allow_blank=True
+    )
+    checkpoints = serializers.CharField(
+        required=False, allow_blank=True, max_length=TEXT_LIMITS["checkpoints"]
+    )
+    abort_criteria = serializers.CharField(
+        required=False, allow_blank=True, max_length=TEXT_LIMITS["abort_criteria"]
+    )
+    language = serializers.ChoiceField(choices=["en", "de", "fr"], required=False, default="en")
+
+
+class OrderSerializer(serializers.ModelSerializer):
+    kind: serializers.SlugRelatedField[HardwareKind] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    environment: serializers.SlugRelatedField[Environment] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    page_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Order
+        fields = (
+            "reference",
+            "status",
+            "kind",
+            "environment",
+            "lot_count",
+            "window_days",
+            "starts_at",
+            "ends_at",
+            "usage_mode",
+            "hypothesis",
+            "hypothesis_text",
+            "model_params_billion",
+            "model_precision",
+            "model_workload",
+            "unit_price_usd",
+            "total_usd",
+            "hold_expires_at",
+            "created_at",
+            "page_url",
+        )
+
+    def get_page_url(self, order: Order) -> str:
+        from reservations.notifications import order_link
+
+        return order_link(order)
+
+
+class InvoiceCreateSerializer(StrictSerializer):
+    asset = serializers.CharField(max_length=12, help_text="Symbol, e.g. USDC or ETH")
+    chain_id = serializers.IntegerField(required=False)
+
+
+class InvoiceSerializer(serializers.ModelSerializer):
+    asset = serializers.CharField(source="asset.symbol")
+    chain_id = serializers.IntegerField(source="asset.chain.chain_id")
+    network = serializers.CharField(source="asset.chain.name")
+    contract_address = serializers.CharField(source="asset.contract_address")
+    decimals = serializers.IntegerField(source="asset.decimals")
+    address = serializers.CharField(source="deposit_address.address")
+    amount_due = serializers.CharField(help_text="In base units (wei, 10⁻⁶ USDC)")
+    amount_seen = serializers.CharField()
+    amount_confirmed = serializers.CharField()
+    confirmations = serializers.SerializerMethodField()
+    confirmations_needed = serializers.IntegerField(source="asset.chain.confirmations")
+
+    class Meta:
+        model = Invoice
+        fields = (
+            "asset",
+            "chain_id",
+            "network",
+            "contract_address",
+            "decimals",
+            "address",
+            "amount_due",
+            "amount_seen",
+            "amount_confirmed",
+            "usd_due",
+            "usd_per_unit",
+            "status",
+            "exception",
+            "expires_at",
+            "confirmations",
+            "confirmations_needed",
+            "check_delayed",
+            "claimed_at",
+            "claim_tx_hash",
+            "claim_result",
+        )
+
+    def get_confirmations(self, invoice: Invoice) -> int:
+        from payments.panel import confirmations
+
+        return confirmations(invoice)
+
+
+class ClaimSerializer(StrictSerializer):
+    tx_hash = serializers.CharField(required=False, allow_blank=True, max_length=100)
+
+
+class CancelSerializer(StrictSerializer):
+    reason = serializers.CharField(max_length=2000)

@@ -1,0 +1,20 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from api import views
+
+app_name = "api"
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("kinds/", views.KindsView.as_view(), name="kinds"),
+    path("environments/", views.EnvironmentsView.as_view(), name="environments"),
+    path("availability/", views.AvailabilityView.as_view(), name="availability"),
+    path("advisor/", views.AdvisorView.as_view(), name="advisor"),
+    path("orders/", views.OrdersView.as_view(), name="orders"),
+    path("orders/<str:reference>/", views.OrderView.as_view(), name="order"),
+    path("orders/<str:reference>/cancel/", views.CancelView.as_view(), name="cancel"),
+    path("orders/<str:reference>/invoice/", views.InvoiceView.as_view(), name="invoice"),
+    path("orders/<str:reference>/claim/", views.ClaimView.as_view(), name="claim"),
+]

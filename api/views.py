@@ -1,0 +1,333 @@
+"""The REST API (v1): the catalogue, availability, the advisor, and a researcher's orders.
+
+Every view parses, calls the same service as the booking pages, and shapes the answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from django.db import connection, transaction
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import serializers, status
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.models import User
+from api import serializers as s
+from api.errors import IdempotencyConflict, IdempotencyKeyReused
+from api.models import IdempotentRequest
+from payments import services as payments
+from payments.models import Asset, Invoice
+from payments.rpc import RpcError, RpcUnavailable
+from reservations import availability, services
+from reservations.advisor import AdvisorError, advise
+from reservations.errors import MESSAGES, BookingRefused, refusal
+from reservations.models import Environment, HardwareKind, Order, Price
+from reservations.validation import OrderRequest
+
+ERROR = inline_serializer(
+    "Error",
+    {
+        "code": serializers.CharField(),
+        "detail": serializers.CharField(),
+        "fields": serializers.DictField(required=False),
+        "next_start": serializers.DateTimeField(required=False, allow_null=True),
+    },
+)
+ERRORS = {
+    400: OpenApiResponse(ERROR, "Bad input: `code` says which rule, `fields` which field"),
+    401: OpenApiResponse(ERROR, "No token, or an unknown or revoked one"),
+    404: OpenApiResponse(ERROR, "No such order among this token's"),
+    429: OpenApiResponse(ERROR, "Throttled; see Retry-After"),
+}
+
+
+class KindsView(APIView):
+    permission_classes = (AllowAny,)
+
+    @extend_schema(
+        responses={200: s.KindSerializer(many=True)}, summary="Hardware kinds and prices"
+    )
+    def get(self, request: Request) -> Response:
+        kinds = HardwareKind.objects.filter(is_offered=True).prefetch_related(
+            Prefetch("prices", queryset=Price.objects.order_by("window_days"))
+        )
+        return Response(s.KindSerializer(kinds, many=True).data)
+
+
+class EnvironmentsView(APIView):
+    permission_classes = (AllowAny,)
+
+    @extend_schema(responses={200: s.EnvironmentSerializer(many=True)}, summary="Environments")
+    def get(self, request: Request) -> Response:
+        environments = Environment.objects.filter(is_offered=True).prefetch_related(
+            "compatible_kinds"
+        )
+        return Response(s.EnvironmentSerializer(environments, many=True).data)
+
+
+class AvailabilityView(APIView):
+    permission_classes = (AllowAny,)
+
+    @extend_schema(
+        parameters=[s.AvailabilityQuery],
+        responses={200: s.AvailabilitySerializer, 400: ERRORS[400], 429: ERRORS[429]},
+        summary="Free lots for a window, and the earliest start when too few",
+    )
+    def get(self, request: Request) -> Response:
+        query = s.AvailabilityQuery(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        kind = HardwareKind.objects.filter(slug=data["kind"], is_offered=True).first()
+        if kind is None:
+            raise BookingRefused({"kind": [refusal("unknown_kind")]})
+        window, starts_at, lots = int(data["window_days"]), data["starts_at"], data["lot_count"]
+        free = availability.free_lots(kind, starts_at, window).count()
+        bookable = availability.bookable_lots(kind).count()
+        next_start = (
+            None
+            if free >= lots
+            else availability.earliest_start(kind, window, lots, max(starts_at, timezone.now()))
+        )
+        body = {
+            "kind": kind.slug,
+            "window_days": window,
+            "starts_at": starts_at,
+            "lot_count": lots,
+            "free_lots": free,
+            "bookable_lots": bookable,
+            "available": free >= lots,
+            "next_start": starts_at if free >= lots else next_start,
+        }
+        return Response(s.AvailabilitySerializer(body).data)
+
+
+class AdvisorView(APIView):
+    permission_classes = (AllowAny,)
+
+    @extend_schema(
+        parameters=[s.AdvisorQuery],
+        responses={200: s.AdviceSerializer, 400: ERRORS[400], 429: ERRORS[429]},
+        summary="Memory per card, replicated vs sharded, and which kinds fit",
+    )
+    def get(self, request: Request) -> Response:
+        query = s.AdvisorQuery(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        try:
+            advice = advise(data["params_billion"], data["precision"], data["workload"])
+        except AdvisorError as exc:
+            raise BookingRefused({"params_billion": [refusal(exc.code)]}) from None
+        body = {
+            **advice.__dict__,
+            "fits": [{**f.__dict__, "verdict": f.verdict} for f in advice.fits],
+        }
+        return Response(s.AdviceSerializer(body).data)
+
+
+def _user(request: Request) -> User:
+    """The token's owner (every order view requires authentication)."""
+    assert isinstance(request.user, User)
+    return request.user
+
+
+def _own_order(request: Request, reference: str) -> Order:
+    """An order of this token's owner, or 404 — never someone else's."""
+    orders = Order.objects.select_related("kind", "environment")
+    return get_object_or_404(orders, reference=reference, user=_user(request))
+
+
+class OrdersView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        responses={200: s.OrderSerializer(many=True), 401: ERRORS[401], 429: ERRORS[429]},
+        summary="Your orders",
+    )
+    def get(self, request: Request) -> Response:
+        orders = Order.objects.filter(user=_user(request)).select_related("kind", "environment")
+        return Response(s.OrderSerializer(orders, many=True).data)
+
+    @extend_schema(
+        request=s.OrderCreateSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="Retried with the same key and body, the first response is returned "
+                "and nothing more is booked",
+            )
+        ],
+        responses={
+            201: s.OrderSerializer,
+            400: ERRORS[400],
+            401: ERRORS[401],
+            409: OpenApiResponse(
+                ERROR, "lot_unavailable (with next_start), or request_in_progress"
+            ),
+            422: OpenApiResponse(ERROR, "idempotency_key_reused"),
+            429: ERRORS[429],
+        },
+        summary="Place an order (holds the lots while you pay)",
+    )
+    def post(self, request: Request) -> Response:
+        key = request.headers.get("Idempotency-Key", "").strip()
+        if not key:
+            return self._place(request)
+        if len(key) > 255:
+            raise BookingRefused({"Idempotency-Key": [refusal("too_long", limit=255)]})
+        fingerprint = hashlib.sha256(
+            json.dumps(request.data, sort_keys=True, default=str).encode()
+        ).hexdigest()
+        with transaction.atomic():
+            # Locks: this user's key, for this transaction; a concurrent duplicate gets 409
+            # at once instead of waiting.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_try_advisory_xact_lock(hashtext(%s))",
+                    [f"idem:{request.user.pk}:{key}"],
+                )
+                if not cursor.fetchone()[0]:
+                    raise IdempotencyConflict()
+            earlier = IdempotentRequest.objects.filter(user=_user(request), key=key).first()
+            if earlier is not None:
+                if earlier.request_hash != fingerprint:
+                    raise IdempotencyKeyReused()
+                return Response(earlier.response_body, status=earlier.response_status)
+            response = self._place(request)
+            IdempotentRequest.objects.create(
+                user=_user(request),
+                key=key,
+                request_hash=fingerprint,
+                response_status=response.status_code,
+                response_body=json.loads(json.dumps(response.data, default=str)),
+            )
+            return response
+
+    def _place(self, request: Request) -> Response:
+        body = s.OrderCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        data["ssh_public_keys"] = "\n".join(data["ssh_public_keys"])
+        order = services.place_order(OrderRequest(**data), user=_user(request))
+        from reservations.notifications import enqueue_order_placed
+
+        enqueue_order_placed(order)
+        return Response(s.OrderSerializer(order).data, status=status.HTTP_201_CREATED)
+
+
+class OrderView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        responses={200: s.OrderSerializer, 401: ERRORS[401], 404: ERRORS[404]},
+        summary="One of your orders",
+    )
+    def get(self, request: Request, reference: str) -> Response:
+        return Response(s.OrderSerializer(_own_order(request, reference)).data)
+
+
+class CancelView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        request=s.CancelSerializer,
+        responses={
+            200: s.OrderSerializer,
+            400: ERRORS[400],
+            404: ERRORS[404],
+            409: OpenApiResponse(ERROR, "Not cancellable any more"),
+        },
+        summary="Cancel before payment",
+    )
+    def post(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        body = s.CancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if order.status != Order.STATUS_AWAITING_PAYMENT:
+            raise services.InvalidTransition(order.status, Order.STATUS_CANCELLED)
+        actor = services.Actor.of(_user(request))
+        services.cancel_order(order, actor=actor, reason=body.validated_data["reason"])
+        order.refresh_from_db()
+        return Response(s.OrderSerializer(order).data)
+
+
+class InvoiceView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        responses={200: s.InvoiceSerializer, 401: ERRORS[401], 404: ERRORS[404]},
+        summary="The order's invoice",
+    )
+    def get(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        invoice = get_object_or_404(
+            Invoice.objects.select_related("asset__chain", "deposit_address"),
+            order=order,
+            is_current=True,
+        )
+        return Response(s.InvoiceSerializer(invoice).data)
+
+    @extend_schema(
+        request=s.InvoiceCreateSerializer,
+        responses={
+            201: s.InvoiceSerializer,
+            400: ERRORS[400],
+            404: ERRORS[404],
+            503: OpenApiResponse(ERROR, "The chain cannot be reached"),
+        },
+        summary="Choose the coin: an invoice with its own deposit address",
+    )
+    def post(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        body = s.InvoiceCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        assets = Asset.objects.filter(
+            symbol=body.validated_data["asset"], is_active=True, chain__is_active=True
+        )
+        if "chain_id" in body.validated_data:
+            assets = assets.filter(chain__chain_id=body.validated_data["chain_id"])
+        asset = assets.select_related("chain").first()
+        if asset is None:
+            raise BookingRefused({"asset": [refusal("invalid_choice")]})
+        try:
+            invoice = payments.create_invoice(order, asset)
+        except (RpcUnavailable, RpcError, payments.ChainMismatch):
+            return Response(
+                {"code": "chain_unreachable", "detail": str(MESSAGES["chain_unreachable"])},
+                status=503,
+            )
+        return Response(s.InvoiceSerializer(invoice).data, status=status.HTTP_201_CREATED)
+
+
+class ClaimView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        request=s.ClaimSerializer,
+        responses={202: s.InvoiceSerializer, 400: ERRORS[400], 404: ERRORS[404]},
+        summary="I've paid: check the chain now (the transaction hash is optional)",
+    )
+    def post(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        body = s.ClaimSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        invoice = get_object_or_404(Invoice, order=order, is_current=True)
+        invoice = payments.claim_payment(invoice, body.validated_data.get("tx_hash", ""))
+        invoice = Invoice.objects.select_related("asset__chain", "deposit_address").get(
+            pk=invoice.pk
+        )
+        return Response(s.InvoiceSerializer(invoice).data, status=status.HTTP_202_ACCEPTED)
