@@ -13,7 +13,7 @@ from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
@@ -89,10 +89,20 @@ class Price(models.Model):
         return f"{self.kind} · {self.window_days} d · {self.amount_usd} USD"
 
 
+ENVIRONMENT_SLUG = RegexValidator(
+    r"^[a-z0-9][-a-z0-9_.]*$", _("Lowercase letters, digits, dots, hyphens and underscores.")
+)
+
+
 class Environment(models.Model):
     """What is prepared on the host for the researcher, and which kinds it runs on."""
 
-    slug = models.SlugField(unique=True)
+    slug = models.CharField(
+        max_length=50,
+        unique=True,
+        validators=[ENVIRONMENT_SLUG],
+        help_text=_("e.g. pytorch-2.9-cuda-12.8: versions keep their dots"),
+    )
     name = models.CharField(max_length=120)
     description = models.TextField(blank=True)
     stack = models.CharField(
