@@ -47,10 +47,14 @@ FREE_LOTS_SQL = """
             WHERE hold.status = ANY(%s) AND hold.period && %s)
      ORDER BY lot.id
      LIMIT %s
+     {locking}
 """
 """The rule of ``availability.free_lots``: active lots of the kind, no counting hold
 overlapping the blocked period, lowest id first. ``NOT IN`` makes PostgreSQL scan the
-holds' GiST index once (a hashed subplan), whatever its statistics say."""
+holds' GiST index once (a hashed subplan), whatever its statistics say. With
+``SKIP_LOCKED``, lots another placement is taking this instant are passed over, so a rush
+of bookings spreads over the free lots instead of queueing for the first one."""
+SKIP_LOCKED = "FOR UPDATE OF lot SKIP LOCKED"
 
 NEW_ORDER = "(SELECT id FROM new_order)"
 ONLY_WITH_ORDER = "WHERE EXISTS (SELECT 1 FROM new_order)"
@@ -108,6 +112,7 @@ def insert_order(
     *,
     kind: str,
     environment: str,
+    skip_locked: bool = True,
 ) -> Placed | None:
     """Insert ``order`` (its kind, environment and prices taken from the catalogue by slug)
     with ``order.lot_count`` holds like ``hold``, one per free lot, and ``keys`` and
@@ -117,7 +122,7 @@ def insert_order(
     ctes: list[tuple[str, list[Any]]] = [
         (f"catalogue AS ({CATALOGUE_SQL})", [order.window_days, kind, environment]),
         (
-            f"free AS ({FREE_LOTS_SQL})",
+            f"free AS ({FREE_LOTS_SQL.format(locking=SKIP_LOCKED if skip_locked else '')})",
             [str(Lot.Status.ACTIVE), [str(s) for s in Hold.COUNTING], hold.period, order.lot_count],
         ),
     ]

@@ -81,10 +81,13 @@ def place_order(
     """
     now = now or timezone.now()
     valid = validate(request, now)
+    # Look at the free lots no other placement is taking this instant; if too few, look once
+    # more at all of them (a lot another placement held may still be free for this window).
+    skip_locked = True
     for _attempt in range(_HOLD_ATTEMPTS):
         order, hold, keys, event = _new_rows(request, valid, user, now)
         try:
-            placed = _insert(order, hold, keys, event, request)
+            placed = _insert(order, hold, keys, event, request, skip_locked=skip_locked)
         except IntegrityError as exc:
             # Another booking took one of our lots between our look and our insert.
             # PostgreSQL made us wait for it, then refused ours: look again, afresh.
@@ -92,6 +95,9 @@ def place_order(
                 raise
             continue
         if placed is None:
+            if skip_locked:
+                skip_locked = False
+                continue
             break
         order.pk = placed.id
         order.kind_id = placed.kind_id
@@ -106,14 +112,26 @@ def place_order(
 
 
 def _insert(
-    order: Order, hold: Hold, keys: list[OrderSshKey], event: OrderEvent, request: OrderRequest
+    order: Order,
+    hold: Hold,
+    keys: list[OrderSshKey],
+    event: OrderEvent,
+    request: OrderRequest,
+    *,
+    skip_locked: bool,
 ) -> placement.Placed | None:
     """The placing statement, atomic on its own; inside a caller's transaction, under a
     savepoint, so that a lost race does not break the caller's transaction."""
     savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
     with savepoint:
         return placement.insert_order(
-            order, hold, keys, event, kind=request.kind, environment=request.environment
+            order,
+            hold,
+            keys,
+            event,
+            kind=request.kind,
+            environment=request.environment,
+            skip_locked=skip_locked,
         )
 
 

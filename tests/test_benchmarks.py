@@ -71,3 +71,11 @@ def test_the_payment_scan_benchmark_stays_within_its_request_bound() -> None:
     assert isinstance(cycles, list)
     assert [c["invoices"] for c in cycles] == [3, 7]
     assert all(c["rpc_requests"] <= c["bound"] for c in cycles)
+
+
+def test_the_api_benchmark_books_once_per_key() -> None:
+    code, report = run_bench("api_orders.py", "--clients", "4", "--orders", "2")
+    assert code == 0, report
+    assert report["placed"] == 8
+    assert report["same_key_orders"] == 1
+    assert report["overbooked"] == 0

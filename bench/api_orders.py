@@ -1,0 +1,213 @@
+"""Scripted clients booking through the REST API, against the real server as `make run`
+starts it.
+
+16 concurrent keep-alive clients each place orders (each with its own Idempotency-Key) for
+windows that never collide; then 16 clients send the same order with the same key at the
+same moment. One JSON line: orders per second, p50/p95 latency, and what the retried key
+booked (it must be one order; zero overbooked lots). Exits non-zero otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import timedelta
+from typing import Any
+
+from benchdb import ROOT, SSH_KEY, fresh_database
+from booking_pages import free_port, percentile
+from booking_race import INTEGRITY_SQL
+
+DATABASE = "gpulots_bench_api"
+
+
+async def post(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+) -> tuple[int, bytes]:
+    payload = json.dumps(body).encode()
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n{head}\r\n".encode()
+        + payload
+    )
+    await writer.drain()
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return status, await reader.readexactly(length)
+
+
+def window_start(base: Any, number: int, lots: int) -> str:
+    """Order ``number``'s start: every lot once per 3-day window (windows 4 days apart)."""
+    return str((base + timedelta(days=4 * (number // lots))).isoformat())
+
+
+def order(starts_at: str) -> dict[str, Any]:
+    return {
+        "kind": "h200",
+        "lot_count": 1,
+        "window_days": 3,
+        "starts_at": starts_at,
+        "environment": "pytorch-2.9-cuda-12.8",
+        "usage_mode": "distributed",
+        "hypothesis": "shorter_step",
+        "contact_name": "Bench",
+        "contact_email": "bench@example.org",
+        "ssh_public_keys": [SSH_KEY],
+    }
+
+
+async def client(
+    port: int,
+    token: str,
+    jobs: list[tuple[str, dict[str, Any]]],
+    latencies: list[float],
+    statuses: list[int],
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for key, body in jobs:
+            started = time.perf_counter()
+            status, _ = await post(
+                reader,
+                writer,
+                "/api/v1/orders/",
+                body,
+                {"Authorization": f"Bearer {token}", "Idempotency-Key": key},
+            )
+            latencies.append((time.perf_counter() - started) * 1000)
+            statuses.append(status)
+    finally:
+        writer.close()
+
+
+async def run(
+    port: int, token: str, per_client: dict[int, list[tuple[str, dict[str, Any]]]]
+) -> tuple[list[float], list[int], float]:
+    latencies: list[float] = []
+    statuses: list[int] = []
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(client(port, token, jobs, latencies, statuses) for jobs in per_client.values())
+    )
+    return latencies, statuses, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--orders", type=int, default=20, help="per client")
+    args = parser.parse_args()
+
+    fresh_database(DATABASE)
+    from django.db import connection, connections
+    from django.utils import timezone
+
+    from accounts.models import User
+    from api.models import ApiToken
+    from reservations.catalogue import load_catalogue
+    from reservations.models import HardwareKind, Host, Lot, Order
+
+    load_catalogue()
+    host = Host.objects.create(
+        name="bench", kind=HardwareKind.objects.get(slug="h200"), address="x"
+    )
+    lots = args.clients * 4
+    Lot.objects.bulk_create(Lot(host=host, gpu_a=2 * i, gpu_b=2 * i + 1) for i in range(lots))
+    _record, token = ApiToken.issue(User.objects.create_user("bench@example.org"), "bench")
+    base = timezone.now() + timedelta(days=1)
+    connections.close_all()
+
+    port = free_port()
+    environ = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SECRET_KEY", "LOG_LEVEL"}}
+    environ.update(
+        {"API_THROTTLE_TOKEN": "1000000/minute", "API_THROTTLE_ADDRESS": "1000000/minute"},
+        DJANGO_DEBUG="1",
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
+        REDIS_URL=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
+        CELERY_TASK_DEFAULT_QUEUE="bench-api",
+        PORT=str(port),
+        DEVCHAIN_PORT=str(free_port()),
+        RUN_DIR=tempfile.mkdtemp(prefix="bench-api-"),
+    )
+    stack = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "devstack.py")],
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or stack.poll() is not None:
+                    raise RuntimeError("the server did not start") from None
+                time.sleep(0.3)
+        # Client c, order i: window 4 days apart per round, one lot each: never colliding.
+        per_client = {
+            c: [
+                (f"c{c}-o{i}", order(window_start(base, i * args.clients + c, lots)))
+                for i in range(args.orders)
+            ]
+            for c in range(args.clients)
+        }
+        latencies, statuses, seconds = asyncio.run(run(port, token, per_client))
+        same = {
+            c: [("same-key", order((base + timedelta(days=170)).isoformat()))]
+            for c in range(args.clients)
+        }
+        _l, same_statuses, _s = asyncio.run(run(port, token, same))
+    finally:
+        stack.send_signal(signal.SIGINT)
+        try:
+            stack.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            stack.kill()
+
+    with connection.cursor() as cursor:
+        cursor.execute(INTEGRITY_SQL["overbooked"])
+        overbooked = cursor.fetchone()[0]
+    same_key_orders = Order.objects.filter(starts_at__gte=base + timedelta(days=169)).count()
+    placed = statuses.count(201)
+    report = {
+        "bench": "api_orders",
+        "clients": args.clients,
+        "requests": len(statuses),
+        "placed": placed,
+        "orders_per_second": round(placed / seconds, 1),
+        "p50_ms": round(percentile(latencies, 0.5), 2),
+        "p95_ms": round(percentile(latencies, 0.95), 2),
+        "same_key_requests": len(same_statuses),
+        "same_key_statuses": {
+            str(code): same_statuses.count(code) for code in sorted(set(same_statuses))
+        },
+        "same_key_orders": same_key_orders,
+        "overbooked": overbooked,
+    }
+    print(json.dumps(report))
+    ok = placed == len(statuses) and same_key_orders == 1 and overbooked == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
