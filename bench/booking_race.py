@@ -66,7 +66,7 @@ def main() -> int:
     parser.add_argument(
         "--drop-constraint",
         action="store_true",
-        help="drop the exclusion constraint first, to show what it prevents (exits 1)",
+        help="drop the exclusion constraint first, to see what the row locks alone keep out",
     )
     args = parser.parse_args()
 
