@@ -79,3 +79,10 @@ def test_the_api_benchmark_books_once_per_key() -> None:
     assert report["placed"] == 8
     assert report["same_key_orders"] == 1
     assert report["overbooked"] == 0
+
+
+def test_the_validation_benchmark_runs_on_the_cpu_in_time() -> None:
+    code, report = run_bench("validation_cpu.py")
+    assert code == 0, report
+    assert float(str(report["seconds"])) < 120
+    assert report["essentials"]["all_reduce"]["correct"] is True  # type: ignore[index]

@@ -48,6 +48,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 REPORT_VERSION = 1
+NOT_MEASURED = "not measured: no GPU"
 ALL_REDUCE_SIZES = [2**10, 2**14, 2**18, 2**20, 2**22, 2**24]  # bytes
 IMBALANCE_RATIO = 0.5
 """Peak memory of the emptier card below half the fuller one's: an unbalanced split."""
@@ -132,16 +133,17 @@ def stack_check(expected_arch: str, extensions: list[str]) -> dict[str, Any]:
             kernels.append({"device": str(device), "ok": True, "error": ""})
         except RuntimeError as exc:  # "no kernel image is available for execution on the device"
             kernels.append({"device": str(device), "ok": False, "error": str(exc)[:300]})
+    gpu = torch.cuda.is_available()
     return {
         "torch": torch.__version__,
-        "cuda": torch.version.cuda,
+        "cuda": torch.version.cuda if gpu or torch.version.cuda else NOT_MEASURED,
         "hip": torch.version.hip,
-        "driver": _driver(),
+        "driver": _driver() or NOT_MEASURED,
         "accelerator": accelerator(),
         "devices": devices,
-        "arch_list": arch_list,
+        "arch_list": arch_list if gpu else NOT_MEASURED,
         "expected_arch": expected_arch,
-        "arch_supported": supported,
+        "arch_supported": supported if gpu else NOT_MEASURED,
         "extensions": imported,
         "kernel_check": kernels,
         "python": platform.python_version(),
@@ -406,8 +408,16 @@ def two_cards(
     return sorted(results, key=lambda r: r["rank"])
 
 
-def split_test(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def cards() -> int:
+    """How many cards the two-card part can use: the visible GPUs, or two CPU processes."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 2
+
+
+def split_test(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | str]:
     single = one_card(config)
+    if cards() < 2:
+        skipped = "skipped: only one GPU is visible"
+        return {"one_card": single, "two_cards": {"mode": skipped}}, skipped
     sharded = not single["fits"] or config.get("force_sharded", False)
     ranks = two_cards(config, sharded=sharded, essentials_too=True)
     trains = [r["train"] for r in ranks]
@@ -439,6 +449,13 @@ def verdict(hypothesis: str, split: dict[str, Any]) -> dict[str, Any]:
     single, pair = split["one_card"], split["two_cards"]
     answer: str
     speedup = None
+    if "median_step_ms" not in pair:
+        return {
+            "hypothesis": hypothesis,
+            "answer": f"Not answered: the two-card part was {pair['mode']}.",
+            "speedup": None,
+            "held_constant": HELD_CONSTANT,
+        }
     if not single["fits"]:
         answer = "Does not fit one card; fits sharded on two."
     else:
@@ -457,7 +474,7 @@ def verdict(hypothesis: str, split: dict[str, Any]) -> dict[str, Any]:
             )
         else:
             answer = "Already fits one card: the second card is not needed to run it."
-    if pair["imbalanced"]:
+    if pair.get("imbalanced"):
         answer += " The two cards' memory is unbalanced: check the split."
     return {
         "hypothesis": hypothesis,

@@ -52,7 +52,8 @@ def test_the_report_is_versioned_and_names_the_stack(report: dict[str, Any]) -> 
     assert report["version"] == 1
     assert stack["torch"].startswith("2.")
     assert stack["accelerator"] == "cpu"
-    assert stack["arch_supported"] is None  # no card to check on a CPU
+    assert stack["arch_supported"] == "not measured: no GPU"  # stated, not invented
+    assert stack["driver"] == "not measured: no GPU"
     assert [e["imported"] for e in stack["extensions"]] == [True, False]
     assert "ModuleNotFoundError" in stack["extensions"][1]["error"]
     assert all(check["ok"] for check in stack["kernel_check"])
@@ -113,6 +114,10 @@ def test_the_verdict_answers_each_hypothesis() -> None:
     too_big = {"fits": False, "error": "out of memory"}
     assert verdict("make_possible", {"one_card": too_big, "two_cards": pair})["answer"] == (
         "Does not fit one card; fits sharded on two."
+    )
+    one_gpu = {"mode": "skipped: only one GPU is visible"}
+    assert verdict("shorter_step", {"one_card": fits, "two_cards": one_gpu})["answer"] == (
+        "Not answered: the two-card part was skipped: only one GPU is visible."
     )
     lopsided = {**pair, "imbalanced": True}
     assert (
