@@ -194,6 +194,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "reservations.tasks.send_missing_order_mails",
         "schedule": crontab(minute="*"),
     },
+    "revoke-due-access": {
+        "task": "provisioning.tasks.revoke_due_access",
+        "schedule": crontab(minute="*"),
+    },
+    "resume-pending-provisioning": {
+        "task": "provisioning.tasks.resume_pending_jobs",
+        "schedule": crontab(minute="*/5"),
+    },
     "scan-open-invoices": {
         "task": "payments.tasks.scan_open_invoices",
         "schedule": timedelta(seconds=PAYMENT_SCAN_SECONDS),
@@ -229,6 +237,14 @@ if not PAYMENT_XPUB.startswith(("xpub", "tpub")):
 PAYMENT_MONITOR_HOURS = env_int("PAYMENT_MONITOR_HOURS", 24, minimum=0)
 """How long after an invoice expires late payments are still watched for."""
 PAYMENT_RPC_TIMEOUT = env_int("PAYMENT_RPC_TIMEOUT_SECONDS", 10, minimum=1)
+
+# --- Provisioning ---
+PROVISIONING_AUTO_APPROVE = env_bool("PROVISIONING_AUTO_APPROVE", default=False)
+"""Approve paid orders without waiting for an operator."""
+PROVISIONING_LOCAL_ROOT = Path(
+    env_str("PROVISIONING_LOCAL_ROOT", str(BASE_DIR / "var" / "hosts")) or ""
+)
+"""The local backend's sandbox: one folder per host, no real system accounts."""
 
 # --- REST API: personal bearer tokens, JSON only, errors with stable codes, throttled. ---
 REST_FRAMEWORK = {

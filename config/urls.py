@@ -15,5 +15,6 @@ urlpatterns = [
 urlpatterns += i18n_patterns(
     path("", include("reservations.urls")),
     path("", include("payments.urls")),
+    path("", include("provisioning.urls")),
     path("account/", include("accounts.urls")),
 )

@@ -416,6 +416,9 @@ def recompute(
         )
     if status == Invoice.STATUS_SETTLED:
         log.info("invoice settled", extra={"invoice": invoice.pk, "order": order.reference})
+        from provisioning.services import auto_approve
+
+        auto_approve(order)
     return status == Invoice.STATUS_SETTLED
 
 

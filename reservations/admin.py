@@ -155,7 +155,7 @@ class OrderAdmin(admin.ModelAdmin):
     search_fields = ("reference", "contact_email", "contact_name", "organisation")
     list_select_related = ("kind",)
     inlines = (HoldInline, SshKeyInline, EventInline)
-    actions = ("cancel_orders",)
+    actions = ("approve_orders", "cancel_orders")
     fieldsets = (
         (
             None,
@@ -224,6 +224,19 @@ class OrderAdmin(admin.ModelAdmin):
         # Nothing here is edited by hand, so no save buttons.
         context = {"show_save": False, "show_save_and_continue": False, **(extra_context or {})}
         return super().changeform_view(request, object_id, form_url, context)
+
+    @admin.action(description="Approve selected paid orders (starts provisioning)")
+    def approve_orders(self, request: HttpRequest, queryset: QuerySet[Order]) -> None:
+        from provisioning.services import approve_order
+
+        actor = services.Actor.of(request.user)  # type: ignore[arg-type]
+        for order in queryset:
+            try:
+                approve_order(order, actor=actor)
+            except InvalidTransition as exc:
+                self.message_user(request, f"{order.reference}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{order.reference} approved; provisioning started.")
 
     @admin.action(description="Cancel selected orders (asks for a reason)")
     def cancel_orders(self, request: HttpRequest, queryset: QuerySet[Order]) -> HttpResponse | None:

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# install_keys.sh ROOT ACCOUNT KEYS_FILE — the researcher's public keys, replacing any
+# earlier set (idempotent: a retry leaves one set, not two).
+set -euo pipefail
+root="$1" account="$2" keys="$3"
+if grep -q "PRIVATE KEY" "$keys"; then echo "refused: a private key" >&2; exit 3; fi
+install -m 600 "$keys" "$root/home/$account/.ssh/authorized_keys"

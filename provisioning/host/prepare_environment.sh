@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# prepare_environment.sh ROOT ACCOUNT ENVIRONMENT — record (here) or activate (on a host)
+# the chosen environment for the account (idempotent).
+set -euo pipefail
+root="$1" account="$2" environment="$3"
+printf '%s\n' "$environment" > "$root/home/$account/ENVIRONMENT"

@@ -1,0 +1,193 @@
+"""Approval, provisioning and revocation: every state change here, each with its audit event.
+
+A job's steps run in order; after each one the job records it (a conditional update), so a
+retry after a crash continues with the next step. The host-side steps are idempotent too.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from provisioning.backends import LocalBackend, StepFailed
+from provisioning.models import ProvisioningJob
+from reservations import notifications
+from reservations.errors import InvalidTransition
+from reservations.models import Hold, Order
+from reservations.services import Actor, system, transition
+
+log = logging.getLogger(__name__)
+
+
+def approve_order(order: Order, *, actor: Actor) -> None:
+    """paid → approved: one provisioning job per booked lot, started after commit."""
+    with transaction.atomic():
+        if not transition(
+            order,
+            Order.STATUS_APPROVED,
+            allowed_from=[Order.STATUS_PAID],
+            actor=actor,
+            reason="approved",
+        ):
+            current = Order.objects.values_list("status", flat=True).get(pk=order.pk)
+            raise InvalidTransition(current, Order.STATUS_APPROVED)
+        lots = Hold.objects.filter(order=order, status=Hold.Status.BOOKED).values_list(
+            "lot_id", flat=True
+        )
+        jobs = [ProvisioningJob.objects.get_or_create(order=order, lot_id=lot)[0] for lot in lots]
+        transaction.on_commit(lambda: _enqueue(jobs))
+
+
+def _enqueue(jobs: list[ProvisioningJob]) -> None:
+    from provisioning.tasks import provision_lot
+
+    for job in jobs:
+        try:
+            provision_lot.delay(job.pk)
+        except Exception:  # the broker is away: the beat catch-up starts pending jobs
+            log.warning("provisioning not queued", exc_info=True, extra={"job": job.pk})
+
+
+def accounts_for(job: ProvisioningJob) -> list[tuple[str, str]]:
+    """(account, visible cards): one account on both cards, or one per card for two
+    independent experiments."""
+    base = f"gl-{job.order.reference.lower().removeprefix('gl-')}-{job.lot_id}"
+    lot = job.lot
+    if job.order.usage_mode == "independent":
+        return [(f"{base}-a", str(lot.gpu_a)), (f"{base}-b", str(lot.gpu_b))]
+    return [(base, f"{lot.gpu_a},{lot.gpu_b}")]
+
+
+def run_job(job_id: int, backend: LocalBackend | None = None) -> ProvisioningJob:
+    """Run the job's remaining steps; each recorded as done before the next starts."""
+    backend = backend or LocalBackend()
+    job = ProvisioningJob.objects.select_related("order__environment", "lot__host").get(pk=job_id)
+    if job.status in (ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED):
+        return job
+    ProvisioningJob.objects.filter(pk=job.pk).update(
+        status=ProvisioningJob.Status.RUNNING,
+        attempts=job.attempts + 1,
+        heartbeat_at=timezone.now(),
+    )
+    host = job.lot.host.name
+    accounts = accounts_for(job)
+    keys = "\n".join(job.order.ssh_keys.values_list("public_key", flat=True)) + "\n"
+    report_path = None
+    while (step := job.next_step) is not None:
+        if step == "prepare_access":
+            for account, _cards in accounts:
+                backend.script(host, "prepare_access", account)
+        elif step == "install_keys":
+            for account, _cards in accounts:
+                backend.install_keys(host, account, keys)
+        elif step == "prepare_environment":
+            for account, _cards in accounts:
+                backend.script(host, "prepare_environment", account, job.order.environment.slug)
+        elif step == "assign_cards":
+            for account, cards in accounts:
+                backend.script(host, "assign_cards", account, cards)
+        elif step == "run_validation":
+            report_path = backend.run_validation(host, f"job-{job.pk}", _benchmark_arguments(job))
+        elif step == "fetch_report":
+            report_path = report_path or backend.run_validation(
+                host, f"job-{job.pk}", _benchmark_arguments(job)
+            )
+            ProvisioningJob.objects.filter(pk=job.pk).update(
+                report=backend.fetch_report(report_path)
+            )
+        elif step == "mark_ready":
+            ProvisioningJob.objects.filter(pk=job.pk).update(
+                status=ProvisioningJob.Status.READY,
+                ready_at=timezone.now(),
+                error="",
+                accounts=[a for a, _c in accounts],
+            )
+        # Recorded only if nobody else recorded it meanwhile: steps are never counted twice.
+        ProvisioningJob.objects.filter(pk=job.pk, steps_done=job.steps_done).update(
+            steps_done=job.steps_done + 1, heartbeat_at=timezone.now()
+        )
+        job.refresh_from_db()
+    activate_if_ready(job.order_id)
+    return job
+
+
+def _benchmark_arguments(job: ProvisioningJob) -> list[str]:
+    order = job.order
+    arguments = [
+        "--hypothesis",
+        order.hypothesis,
+        "--usage-mode",
+        order.usage_mode,
+        "--expected-arch",
+        job.lot.host.kind.architecture,
+    ]
+    if order.model_precision in ("fp32", "bf16", "fp16"):
+        arguments += ["--precision", order.model_precision]
+    return arguments
+
+
+def fail_job(job_id: int, error: str) -> None:
+    ProvisioningJob.objects.filter(pk=job_id).update(
+        status=ProvisioningJob.Status.FAILED, error=error[-2000:]
+    )
+
+
+def activate_if_ready(order_id: int) -> bool:
+    """approved → active once every lot is ready (never with a failed lot)."""
+    with transaction.atomic():
+        order = Order.objects.select_for_update().get(pk=order_id)
+        jobs = list(ProvisioningJob.objects.filter(order=order).values_list("status", flat=True))
+        if not jobs or any(status != ProvisioningJob.Status.READY for status in jobs):
+            return False
+        if transition(
+            order,
+            Order.STATUS_ACTIVE,
+            allowed_from=[Order.STATUS_APPROVED],
+            actor=system("provisioning"),
+            reason="every lot is ready",
+        ):
+            notifications.enqueue_order_mail(order, "order_active")
+            return True
+    return False
+
+
+def revoke_due(*, now: datetime | None = None, backend: LocalBackend | None = None) -> int:
+    """Active orders whose window has ended: access removed, order completed. Catches up
+    with anything overdue (the worker was down at the time)."""
+    now = now or timezone.now()
+    backend = backend or LocalBackend()
+    done = 0
+    for order in Order.objects.filter(status=Order.STATUS_ACTIVE, ends_at__lte=now):
+        for job in (
+            ProvisioningJob.objects.filter(order=order)
+            .exclude(status=ProvisioningJob.Status.REVOKED)
+            .select_related("lot__host")
+        ):
+            for account in job.accounts or [a for a, _c in accounts_for(job)]:
+                backend.script(job.lot.host.name, "revoke", account)
+            ProvisioningJob.objects.filter(pk=job.pk).update(
+                status=ProvisioningJob.Status.REVOKED, revoked_at=now
+            )
+        with transaction.atomic():
+            if transition(
+                order,
+                Order.STATUS_COMPLETED,
+                allowed_from=[Order.STATUS_ACTIVE],
+                actor=system("revocation"),
+                reason="the window ended; access removed",
+            ):
+                notifications.enqueue_order_mail(order, "order_revoked")
+                done += 1
+    return done
+
+
+def auto_approve(order: Order) -> None:
+    if settings.PROVISIONING_AUTO_APPROVE:
+        approve_order(order, actor=system("auto-approve"))
+
+
+__all__ = ["StepFailed", "approve_order", "auto_approve", "revoke_due", "run_job"]

@@ -1,0 +1,55 @@
+"""Celery entry points for provisioning: retried with backoff, resumable, catching up."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from celery.app.task import Task
+from django.db.models import Q
+from django.utils import timezone
+
+from provisioning import services
+from provisioning.backends import StepFailed
+from provisioning.models import ProvisioningJob
+
+MAX_ATTEMPTS = 5
+STALLED_AFTER = timedelta(minutes=15)
+"""A job without a recorded step for this long has lost its worker (a benchmark step takes
+a few minutes at most)."""
+
+
+@shared_task(
+    bind=True, name="provisioning.tasks.provision_lot", acks_late=True, max_retries=MAX_ATTEMPTS
+)
+def provision_lot(self: Task, job_id: int) -> str:
+    try:
+        return str(services.run_job(job_id).status)
+    except (StepFailed, OSError) as exc:
+        if self.request.retries >= MAX_ATTEMPTS:
+            services.fail_job(job_id, str(exc))
+            return ProvisioningJob.Status.FAILED
+        raise self.retry(exc=exc, countdown=min(300, 5 * 2**self.request.retries)) from exc
+
+
+@shared_task(name="provisioning.tasks.revoke_due_access", acks_late=True)
+def revoke_due_access() -> int:
+    return services.revoke_due()
+
+
+@shared_task(name="provisioning.tasks.resume_pending_jobs", acks_late=True)
+def resume_pending_jobs() -> int:
+    """Beat: jobs of approved orders that no worker is running (a lost message, a killed
+    worker) are started again; they continue where they stopped."""
+    quiet = timezone.now() - STALLED_AFTER
+    pending = (
+        ProvisioningJob.objects.filter(
+            order__status="approved",
+            status__in=(ProvisioningJob.Status.PENDING, ProvisioningJob.Status.RUNNING),
+        )
+        .filter(Q(heartbeat_at__lt=quiet) | Q(heartbeat_at__isnull=True, created_at__lt=quiet))
+        .values_list("pk", flat=True)
+    )
+    for job_id in pending:
+        provision_lot.delay(job_id)
+    return len(pending)

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from provisioning import views
+
+app_name = "provisioning"
+
+urlpatterns = [
+    path("orders/<str:reference>/<str:secret>/report/<int:job_id>/", views.report, name="report"),
+]
