@@ -19,6 +19,7 @@ from reservations import notifications
 from reservations.errors import InvalidTransition
 from reservations.models import Hold, Order
 from reservations.services import Actor, system, transition
+from reservations.ssh_keys import SshKeyError, parse_public_keys
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,12 @@ def run_job(job_id: int, backend: LocalBackend | None = None) -> ProvisioningJob
             for account, _cards in accounts:
                 backend.script(host, "prepare_access", account)
         elif step == "install_keys":
+            try:  # validated again before they go onto a host
+                parse_public_keys(keys)
+            except SshKeyError as exc:
+                raise StepFailed(
+                    f"install_keys: the order's SSH keys are unusable ({exc.code})"
+                ) from None
             for account, _cards in accounts:
                 backend.install_keys(host, account, keys)
         elif step == "prepare_environment":

@@ -225,3 +225,17 @@ def test_the_payment_panel_of_an_active_order_says_settled_not_awaiting_approval
     html = client.get(f"/en/orders/{order.reference}/{order.secret}/").content.decode()
     assert "Payment settled." in html
     assert "An operator approves your order next" not in html
+
+
+@pytest.mark.django_db
+def test_keys_are_checked_again_before_they_reach_a_host(
+    make_request: RequestFactory, backend: LocalBackend
+) -> None:
+    order = paid_order(make_request)
+    order.ssh_keys.update(public_key="ssh-ed25519 not-a-key")
+    services.approve_order(order, actor=OPERATOR)
+    job = ProvisioningJob.objects.get(order=order)
+    with pytest.raises(StepFailed, match="unusable"):
+        services.run_job(job.pk, backend)
+    assert ProvisioningJob.objects.get(pk=job.pk).steps_done == 1
+    assert Order.objects.get(pk=order.pk).status == Order.STATUS_APPROVED  # never active
