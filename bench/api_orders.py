@@ -12,18 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from datetime import timedelta
 from typing import Any
 
-from benchdb import ROOT, SSH_KEY, fresh_database
-from booking_pages import free_port, percentile
+from benchdb import SSH_KEY, fresh_database, running_stack
+from booking_pages import percentile
 from booking_race import INTEGRITY_SQL
 
 DATABASE = "gpulots_bench_api"
@@ -134,35 +129,8 @@ def main() -> int:
     base = timezone.now() + timedelta(days=1)
     connections.close_all()
 
-    port = free_port()
-    environ = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SECRET_KEY", "LOG_LEVEL"}}
-    environ.update(
-        {"API_THROTTLE_TOKEN": "1000000/minute", "API_THROTTLE_ADDRESS": "1000000/minute"},
-        DJANGO_DEBUG="1",
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
-        REDIS_URL=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
-        CELERY_TASK_DEFAULT_QUEUE="bench-api",
-        PORT=str(port),
-        DEVCHAIN_PORT=str(free_port()),
-        RUN_DIR=tempfile.mkdtemp(prefix="bench-api-"),
-    )
-    stack = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "devstack.py")],
-        cwd=ROOT,
-        env=environ,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or stack.poll() is not None:
-                    raise RuntimeError("the server did not start") from None
-                time.sleep(0.3)
+    throttles = {"API_THROTTLE_TOKEN": "1000000/minute", "API_THROTTLE_ADDRESS": "1000000/minute"}
+    with running_stack(DATABASE, **throttles) as port:
         # Client c, order i: window 4 days apart per round, one lot each: never colliding.
         per_client = {
             c: [
@@ -177,13 +145,6 @@ def main() -> int:
             for c in range(args.clients)
         }
         _l, same_statuses, _s = asyncio.run(run(port, token, same))
-    finally:
-        stack.send_signal(signal.SIGINT)
-        try:
-            stack.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            stack.kill()
-
     with connection.cursor() as cursor:
         cursor.execute(INTEGRITY_SQL["overbooked"])
         overbooked = cursor.fetchone()[0]

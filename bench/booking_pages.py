@@ -15,26 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from datetime import date, timedelta
 
-from benchdb import ROOT, fresh_database, h200_request
+from benchdb import fresh_database, h200_request, running_stack
 
 DATABASE = "gpulots_bench_pages"
 TARGET_P95_MS = 50.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def quote_path(day: date, client: int, request: int) -> str:
@@ -112,38 +100,7 @@ def main() -> int:
     order = place_order(h200_request(handover(day), lot_count=2, window_days=7))
     connections.close_all()
 
-    port = free_port()
-    environ = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DJANGO_SECRET_KEY", "LOG_LEVEL"}
-    }
-    environ.update(
-        DJANGO_DEBUG="1",
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
-        REDIS_URL=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
-        CELERY_TASK_DEFAULT_QUEUE="bench-pages",
-        PORT=str(port),
-        DEVCHAIN_PORT=str(free_port()),
-        RUN_DIR=tempfile.mkdtemp(prefix="bench-pages-"),
-    )
-    stack = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "devstack.py")],
-        cwd=ROOT,
-        env=environ,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or stack.poll() is not None:
-                    raise RuntimeError("the server did not start") from None
-                time.sleep(0.3)
+    with running_stack(DATABASE) as port:
         n, clients = args.requests, range(args.clients)
         pages = {
             "landing": [["/en/"] * n for _ in clients],
@@ -154,12 +111,6 @@ def main() -> int:
             "order": [[f"/en/orders/{order.reference}/{order.secret}/"] * n for _ in clients],
         }
         results = {name: asyncio.run(drive(port, paths)) for name, paths in pages.items()}
-    finally:
-        stack.send_signal(signal.SIGINT)
-        try:
-            stack.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            stack.kill()
     report = {
         "bench": "booking_pages",
         "clients": args.clients,
