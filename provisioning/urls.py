@@ -6,4 +6,9 @@ app_name = "provisioning"
 
 urlpatterns = [
     path("orders/<str:reference>/<str:secret>/report/<int:job_id>/", views.report, name="report"),
+    path(
+        "orders/<str:reference>/<str:secret>/report/<int:job_id>/json/",
+        views.report_json,
+        name="report_json",
+    ),
 ]

@@ -1,20 +1,71 @@
-"""The validation report, for whoever holds the order's link."""
+"""The validation report, for whoever holds the order's link: a readable page with charts,
+and the raw JSON."""
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, JsonResponse
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 
 from provisioning.models import ProvisioningJob
+from reservations.models import Order
 from reservations.views import order_by_link
 
 
-def report(request: HttpRequest, reference: str, secret: str, job_id: int) -> JsonResponse:
+def _job(reference: str, secret: str, job_id: int) -> tuple[Order, ProvisioningJob]:
     order = order_by_link(reference, secret)
-    job = ProvisioningJob.objects.filter(pk=job_id, order=order).first()
+    job = ProvisioningJob.objects.select_related("lot__host").filter(pk=job_id, order=order).first()
     if job is None or job.report is None:
         raise Http404
+    return order, job
+
+
+def bars(values: dict[str, float | None]) -> list[dict[str, Any]]:
+    """Label, value and width (percent of the largest) for a horizontal bar chart."""
+    measured = {label: value for label, value in values.items() if isinstance(value, int | float)}
+    top = max(measured.values(), default=0) or 1
+    return [
+        {"label": label, "value": value, "width": round(100 * value / top, 1)}
+        for label, value in measured.items()
+    ]
+
+
+def report(request: HttpRequest, reference: str, secret: str, job_id: int) -> HttpResponse:
+    order, job = _job(reference, secret, job_id)
+    data: dict[str, Any] = job.report or {}
+    split = data.get("split_test", {})
+    single, pair = split.get("one_card", {}), split.get("two_cards", {})
+    reduce = data.get("essentials", {}).get("all_reduce", {})
+    sizes = reduce.get("sizes", []) if isinstance(reduce, dict) else []
+    peaks = pair.get("peak_memory_gb") if isinstance(pair.get("peak_memory_gb"), list) else []
+    charts = {
+        "step": bars({"1": single.get("median_step_ms"), "2": pair.get("median_step_ms")}),
+        "memory": bars({str(i + 1): value for i, value in enumerate(peaks)}),
+        "all_reduce": bars({_size(s["bytes"]): s["bus_bandwidth_gbps"] for s in sizes}),
+    }
+    context = {
+        "order": order,
+        "job": job,
+        "report": data,
+        "single": single,
+        "pair": pair,
+        "charts": charts,
+    }
+    return render(request, "provisioning/report.html", context)
+
+
+def report_json(request: HttpRequest, reference: str, secret: str, job_id: int) -> JsonResponse:
+    order, job = _job(reference, secret, job_id)
     response = JsonResponse(job.report, json_dumps_params={"indent": 1})
     response["Content-Disposition"] = (
         f'attachment; filename="{order.reference}-lot-{job.lot_id}-report.json"'
     )
     return response
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size // scale} {unit}"
+    return f"{size} B"

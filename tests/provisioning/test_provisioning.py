@@ -200,12 +200,15 @@ def test_the_order_page_shows_how_to_connect_and_the_report(
     html = client.get(f"/en/orders/{order.reference}/{order.secret}/").content.decode()
     assert f"{job.accounts[0]}@127.0.0.1" in html
     assert "Validation:" in html
-    report = client.get(f"/en/orders/{order.reference}/{order.secret}/report/{job.pk}/")
-    assert report.status_code == 200
-    assert report.json()["version"] == 1
-    assert (
-        client.get(f"/en/orders/{order.reference}/wrong-secret/report/{job.pk}/").status_code == 404
-    )
+    base = f"/en/orders/{order.reference}/{order.secret}/report/{job.pk}/"
+    page = client.get(base)
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Step time by number of cards (ms)" in text
+    assert text.count('class="bar-row"') >= 6  # 2 step times, 2 cards' memory, 4 sizes
+    assert client.get(f"{base}json/").json()["version"] == 1
+    wrong = f"/en/orders/{order.reference}/wrong-secret/report/{job.pk}/"
+    assert client.get(wrong).status_code == 404
 
 
 @pytest.mark.django_db
