@@ -118,3 +118,11 @@ def earliest_start(
         if free >= lot_count:
             return candidate
     return None
+
+
+def earliest_handover(
+    kind: HardwareKind | int, window_days: int, lot_count: int, not_before: datetime
+) -> datetime | None:
+    """The earliest handover at or after ``not_before`` with ``lot_count`` lots free for the
+    window: the next start the pages offer, since they book whole days."""
+    return earliest_start(kind, window_days, lot_count, not_before, align=next_handover)

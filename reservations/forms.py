@@ -54,12 +54,8 @@ def capacity_refusals(request: OrderRequest) -> Errors:
     free = availability.free_lots(kind, request.starts_at, request.window_days).count()
     if free >= request.lot_count:
         return {}
-    next_start = availability.earliest_start(
-        kind,
-        request.window_days,
-        request.lot_count,
-        request.starts_at,
-        align=availability.next_handover,
+    next_start = availability.earliest_handover(
+        kind, request.window_days, request.lot_count, request.starts_at
     )
     if next_start is None:
         return {"starts_at": [refusal("no_start_within_horizon")]}

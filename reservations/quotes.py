@@ -92,8 +92,8 @@ def quote(
         free = availability.free_lots(hardware, starts_at, window).count()
         result["free_lots"] = free
         if free < lot_count:
-            result["next_start"] = availability.earliest_start(
-                hardware, window, lot_count, starts_at, align=availability.next_handover
+            result["next_start"] = availability.earliest_handover(
+                hardware, window, lot_count, starts_at
             )
     return Quote(**result)
 

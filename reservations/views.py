@@ -202,12 +202,11 @@ def book_review(request: HttpRequest) -> HttpResponse:
             order = services.place_order(order_request, user=user)
         except LotUnavailable as exc:
             # The service's next start is the earliest instant; the pages book whole days.
-            next_start = availability.earliest_start(
+            next_start = availability.earliest_handover(
                 context["kind"],
                 order_request.window_days,
                 order_request.lot_count,
                 order_request.starts_at,
-                align=availability.next_handover,
             )
             context["taken"] = exc
             context["next_date"] = next_start.date() if next_start else None
