@@ -53,8 +53,15 @@ FREE_LOTS_SQL = """
 overlapping the blocked period, lowest id first. ``NOT IN`` makes PostgreSQL scan the
 holds' GiST index once (a hashed subplan), whatever its statistics say. With
 ``SKIP_LOCKED``, lots another placement is taking this instant are passed over, so a rush
-of bookings spreads over the free lots instead of queueing for the first one."""
+of bookings spreads over the free lots instead of queueing for the first one.
+
+The lots are always locked, in id order (the sort runs below the row locks), before their
+holds are inserted. So two placements never insert holds on one lot at the same time:
+without the lock, each would wait in the exclusion check for the other's uncommitted hold
+and PostgreSQL would abort one as a deadlock. With it, the second waits for the lot's row
+and then meets the first's committed hold as a plain exclusion violation."""
 SKIP_LOCKED = "FOR UPDATE OF lot SKIP LOCKED"
+WAIT_LOCKED = "FOR UPDATE OF lot"
 
 NEW_ORDER = "(SELECT id FROM new_order)"
 ONLY_WITH_ORDER = "WHERE EXISTS (SELECT 1 FROM new_order)"
@@ -119,10 +126,11 @@ def insert_order(
     ``event``. None when the catalogue refused or too few lots were free: then nothing
     was written. Raises IntegrityError when a concurrent booking won a lot (nothing
     written either)."""
+    locking = SKIP_LOCKED if skip_locked else WAIT_LOCKED
     ctes: list[tuple[str, list[Any]]] = [
         (f"catalogue AS ({CATALOGUE_SQL})", [order.window_days, kind, environment]),
         (
-            f"free AS ({FREE_LOTS_SQL.format(locking=SKIP_LOCKED if skip_locked else '')})",
+            f"free AS ({FREE_LOTS_SQL.format(locking=locking)})",
             [str(Lot.Status.ACTIVE), [str(s) for s in Hold.COUNTING], hold.period, order.lot_count],
         ),
     ]

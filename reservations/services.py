@@ -280,10 +280,12 @@ def reinstate_paid(order: Order, *, actor: Actor, reason: str) -> None:
         if current != Order.STATUS_EXPIRED:
             raise InvalidTransition(current, Order.STATUS_PAID)
         period = availability.blocked_period(order.starts_at, order.window_days)
+        # Lots locked in id order before their holds go in, as placing does (placement.py):
+        # a concurrent placement then waits for the lot instead of deadlocking with us.
         lots = list(
-            availability.free_lots(order.kind_id, order.starts_at, order.window_days)[
-                : order.lot_count
-            ]
+            availability.free_lots(
+                order.kind_id, order.starts_at, order.window_days
+            ).select_for_update(of=("self",))[: order.lot_count]
         )
         if len(lots) < order.lot_count:
             raise LotUnavailable(None)
