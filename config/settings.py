@@ -8,6 +8,7 @@ Every variable is documented in README.md (a test checks that too).
 
 from __future__ import annotations
 
+import shlex
 from datetime import timedelta
 from pathlib import Path
 
@@ -245,6 +246,25 @@ PROVISIONING_LOCAL_ROOT = Path(
     env_str("PROVISIONING_LOCAL_ROOT", str(BASE_DIR / "var" / "hosts")) or ""
 )
 """The local backend's sandbox: one folder per host, no real system accounts."""
+PROVISIONING_BACKEND = env_str("PROVISIONING_BACKEND", "local")
+"""Where the host-side steps run: "local" (the sandbox above, for `make run` and the demo)
+or "ssh" (the inventory's hosts, each reached at its address with its pinned host key)."""
+if PROVISIONING_BACKEND not in ("local", "ssh"):
+    raise ImproperlyConfigured('PROVISIONING_BACKEND must be "local" or "ssh"')
+PROVISIONING_SSH_KEY = env_str("PROVISIONING_SSH_KEY", "") or ""
+"""The operator's private key for the hosts (OpenSSH format; PROVISIONING_SSH_KEY_FILE
+names a file holding it). A secret: from the environment only."""
+PROVISIONING_SSH_CONNECT_TIMEOUT = env_int("PROVISIONING_SSH_CONNECT_TIMEOUT", 15, minimum=1)
+PROVISIONING_REMOTE_DIR = env_str("PROVISIONING_REMOTE_DIR", "/var/lib/gpulots") or ""
+"""On each host: the shipped scripts, the benchmark and its reports."""
+PROVISIONING_REMOTE_ROOT = env_str("PROVISIONING_REMOTE_ROOT", "/") or ""
+"""The root the host-side scripts work under ("/" on a real host: homes in /home)."""
+PROVISIONING_REMOTE_ACCOUNTS = env_bool("PROVISIONING_REMOTE_ACCOUNTS", default=True)
+"""Create real system accounts on the hosts (off only for a sandboxed test host)."""
+PROVISIONING_REMOTE_PYTHON = env_str("PROVISIONING_REMOTE_PYTHON", "python3") or ""
+"""The Python (with the environment's PyTorch) that runs the benchmark on a host."""
+PROVISIONING_BENCHMARK_ARGS = shlex.split(env_str("PROVISIONING_BENCHMARK_ARGS", "") or "")
+"""Extra arguments for the benchmark on SSH hosts (e.g. "--quick" on a CPU test host)."""
 
 # --- REST API: personal bearer tokens, JSON only, errors with stable codes, throttled. ---
 REST_FRAMEWORK = {

@@ -8,7 +8,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from provisioning import services
 from provisioning.models import ProvisioningJob
+from reservations.services import Actor
 
 
 @admin.register(ProvisioningJob)
@@ -27,13 +29,9 @@ class ProvisioningJobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Retry (continues from the last step done)")
     def retry(self, request: HttpRequest, queryset: QuerySet[ProvisioningJob]) -> None:
-        from provisioning.tasks import provision_lot
-
-        for job in queryset.exclude(
-            status__in=(ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED)
-        ):
-            ProvisioningJob.objects.filter(pk=job.pk).update(
-                status=ProvisioningJob.Status.PENDING, error=""
-            )
-            provision_lot.delay(job.pk)
-            self.message_user(request, f"{job}: queued again.", messages.SUCCESS)
+        actor = Actor.of(request.user)  # type: ignore[arg-type]
+        for job in queryset.select_related("order", "lot__host"):
+            if services.retry_job(job, actor=actor):
+                self.message_user(request, f"{job}: queued again.", messages.SUCCESS)
+            else:
+                self.message_user(request, f"{job}: already done.", messages.WARNING)

@@ -10,15 +10,15 @@ import logging
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
-from provisioning.backends import LocalBackend, StepFailed
+from provisioning.backends import Backend, HostKeyRefused, StepFailed, backend_for
 from provisioning.models import ProvisioningJob
 from reservations import notifications
 from reservations.errors import InvalidTransition
-from reservations.models import Hold, Order
-from reservations.services import Actor, system, transition
+from reservations.models import Hold, Host, Order
+from reservations.services import Actor, record_note, system, transition
 from reservations.ssh_keys import SshKeyError, parse_public_keys
 
 log = logging.getLogger(__name__)
@@ -63,18 +63,30 @@ def accounts_for(job: ProvisioningJob) -> list[tuple[str, str]]:
     return [(base, f"{lot.gpu_a},{lot.gpu_b}")]
 
 
-def run_job(job_id: int, backend: LocalBackend | None = None) -> ProvisioningJob:
-    """Run the job's remaining steps; each recorded as done before the next starts."""
-    backend = backend or LocalBackend()
+def run_job(job_id: int, backend: Backend | None = None) -> ProvisioningJob:
+    """Run the job's remaining steps; each recorded as done before the next starts.
+
+    A host presenting a key other than the pinned one is flagged on the host (the key it
+    presented, for the operator to check) and HostKeyRefused propagates.
+    """
     job = ProvisioningJob.objects.select_related("order__environment", "lot__host").get(pk=job_id)
     if job.status in (ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED):
         return job
+    backend = backend or backend_for(job.lot.host)
+    try:
+        return _run_steps(job, backend)
+    except HostKeyRefused as exc:
+        flag_host_key(job.lot.host, exc)
+        raise
+
+
+def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
     ProvisioningJob.objects.filter(pk=job.pk).update(
         status=ProvisioningJob.Status.RUNNING,
         attempts=job.attempts + 1,
         heartbeat_at=timezone.now(),
     )
-    host = job.lot.host.name
+    host = job.lot.host
     accounts = accounts_for(job)
     keys = "\n".join(job.order.ssh_keys.values_list("public_key", flat=True)) + "\n"
     report_path = None
@@ -104,7 +116,7 @@ def run_job(job_id: int, backend: LocalBackend | None = None) -> ProvisioningJob
                 host, f"job-{job.pk}", _benchmark_arguments(job)
             )
             ProvisioningJob.objects.filter(pk=job.pk).update(
-                report=backend.fetch_report(report_path)
+                report=backend.fetch_report(host, report_path)
             )
         elif step == "mark_ready":
             ProvisioningJob.objects.filter(pk=job.pk).update(
@@ -137,9 +149,57 @@ def _benchmark_arguments(job: ProvisioningJob) -> list[str]:
     return arguments
 
 
-def fail_job(job_id: int, error: str) -> None:
-    ProvisioningJob.objects.filter(pk=job_id).update(
-        status=ProvisioningJob.Status.FAILED, error=error[-2000:]
+def fail_job(job_id: int, error: str) -> bool:
+    """A job that cannot go on (retries spent, a refused host key) is marked failed with
+    the reason, for the operator; its order stays approved, never active."""
+    with transaction.atomic():
+        failed = (
+            ProvisioningJob.objects.filter(pk=job_id)
+            .exclude(status__in=(ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED))
+            .update(status=ProvisioningJob.Status.FAILED, error=error[-2000:])
+        )
+        if failed:
+            job = ProvisioningJob.objects.select_related("order", "lot").get(pk=job_id)
+            record_note(
+                job.order,
+                actor=system("provisioning"),
+                reason=f"provisioning failed on {job.lot}: {error[-400:]}",
+            )
+    return bool(failed)
+
+
+def retry_job(job: ProvisioningJob, *, actor: Actor) -> bool:
+    """The operator starts a failed or stuck job again; it continues after its last step."""
+    with transaction.atomic():
+        queued = (
+            ProvisioningJob.objects.filter(pk=job.pk)
+            .exclude(status__in=(ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED))
+            .update(status=ProvisioningJob.Status.PENDING, error="")
+        )
+        if queued:
+            record_note(job.order, actor=actor, reason=f"provisioning retried on {job.lot}")
+            transaction.on_commit(lambda: _enqueue([job]))
+    return bool(queued)
+
+
+def flag_host_key(host: Host, refused: HostKeyRefused) -> None:
+    """Keep the key a host presented when it was refused, for the operator to check."""
+    Host.objects.filter(pk=host.pk).update(
+        ssh_host_key_presented=refused.presented, ssh_host_key_refused_at=timezone.now()
+    )
+    log.error("host key refused", extra={"host": host.name, "reason": str(refused)})
+
+
+def pin_presented_host_key(host: Host) -> bool:
+    """The operator, having checked the presented key's fingerprint on the host, pins it."""
+    return bool(
+        Host.objects.filter(pk=host.pk)
+        .exclude(ssh_host_key_presented="")
+        .update(
+            ssh_host_key=models.F("ssh_host_key_presented"),
+            ssh_host_key_presented="",
+            ssh_host_key_refused_at=None,
+        )
     )
 
 
@@ -162,11 +222,10 @@ def activate_if_ready(order_id: int) -> bool:
     return False
 
 
-def revoke_due(*, now: datetime | None = None, backend: LocalBackend | None = None) -> int:
+def revoke_due(*, now: datetime | None = None, backend: Backend | None = None) -> int:
     """Active orders whose window has ended: access removed, order completed. Catches up
     with anything overdue (the worker was down at the time)."""
     now = now or timezone.now()
-    backend = backend or LocalBackend()
     done = 0
     for order in Order.objects.filter(status=Order.STATUS_ACTIVE, ends_at__lte=now):
         for job in (
@@ -174,8 +233,9 @@ def revoke_due(*, now: datetime | None = None, backend: LocalBackend | None = No
             .exclude(status=ProvisioningJob.Status.REVOKED)
             .select_related("lot__host")
         ):
+            host = job.lot.host
             for account in job.accounts or [a for a, _c in accounts_for(job)]:
-                backend.script(job.lot.host.name, "revoke", account)
+                (backend or backend_for(host)).script(host, "revoke", account)
             ProvisioningJob.objects.filter(pk=job.pk).update(
                 status=ProvisioningJob.Status.REVOKED, revoked_at=now
             )
@@ -197,4 +257,13 @@ def auto_approve(order: Order) -> None:
         approve_order(order, actor=system("auto-approve"))
 
 
-__all__ = ["StepFailed", "approve_order", "auto_approve", "revoke_due", "run_job"]
+__all__ = [
+    "StepFailed",
+    "approve_order",
+    "auto_approve",
+    "fail_job",
+    "pin_presented_host_key",
+    "retry_job",
+    "revoke_due",
+    "run_job",
+]

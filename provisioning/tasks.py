@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from provisioning import services
-from provisioning.backends import StepFailed
+from provisioning.backends import HostKeyRefused, StepFailed
 from provisioning.models import ProvisioningJob
 
 MAX_ATTEMPTS = 5
@@ -25,6 +25,9 @@ a few minutes at most)."""
 def provision_lot(self: Task, job_id: int) -> str:
     try:
         return str(services.run_job(job_id).status)
+    except HostKeyRefused as exc:  # retrying cannot help: the operator checks the host
+        services.fail_job(job_id, str(exc))
+        return ProvisioningJob.Status.FAILED
     except (StepFailed, OSError) as exc:
         if self.request.retries >= MAX_ATTEMPTS:
             services.fail_job(job_id, str(exc))

@@ -60,10 +60,49 @@ class LotInline(admin.TabularInline):
 
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
-    list_display = ("name", "kind", "address", "ssh_port")
+    list_display = ("name", "kind", "address", "ssh_port", "host_key")
     list_filter = ("kind",)
     search_fields = ("name", "address")
     inlines = (LotInline,)
+    readonly_fields = ("pinned_fingerprint", "ssh_host_key_presented", "presented_fingerprint")
+    exclude = ("ssh_host_key_refused_at",)
+    actions = ("pin_presented_key",)
+
+    @admin.display(description="host key")
+    def host_key(self, host: Host) -> str:
+        from provisioning.ssh import fingerprint
+
+        if host.ssh_host_key_refused_at:
+            presented = host.ssh_host_key_presented
+            return (
+                f"REFUSED {host.ssh_host_key_refused_at:%Y-%m-%d %H:%M} UTC: presented "
+                f"{fingerprint(presented) if presented else 'nothing readable'}"
+            )
+        return fingerprint(host.ssh_host_key) if host.ssh_host_key.strip() else "not pinned"
+
+    @admin.display(description="pinned key's fingerprint")
+    def pinned_fingerprint(self, host: Host) -> str:
+        from provisioning.ssh import fingerprint
+
+        return fingerprint(host.ssh_host_key) if host.ssh_host_key.strip() else "not pinned"
+
+    @admin.display(description="presented key's fingerprint")
+    def presented_fingerprint(self, host: Host) -> str:
+        from provisioning.ssh import fingerprint
+
+        presented = host.ssh_host_key_presented
+        return fingerprint(presented) if presented else "-"
+
+    @admin.action(description="Pin the key the host presented (after checking its fingerprint)")
+    def pin_presented_key(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+        from provisioning.services import pin_presented_host_key
+
+        for host in queryset:
+            if pin_presented_host_key(host):
+                self.log_change(request, host, "pinned the host key it presented")
+                self.message_user(request, f"{host}: key pinned.", messages.SUCCESS)
+            else:
+                self.message_user(request, f"{host}: no presented key to pin.", messages.WARNING)
 
 
 @admin.register(Lot)

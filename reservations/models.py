@@ -131,6 +131,14 @@ class Host(models.Model):
         blank=True,
         help_text=_("Pinned host public key (OpenSSH format); provisioning refuses any other"),
     )
+    ssh_host_key_presented = models.TextField(
+        blank=True,
+        help_text=_(
+            "The key the host presented when provisioning last refused it (not trusted: "
+            "check its fingerprint on the host before pinning it)"
+        ),
+    )
+    ssh_host_key_refused_at = models.DateTimeField(null=True, blank=True)
     notes = models.TextField(blank=True)
 
     class Meta:

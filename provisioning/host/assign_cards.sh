@@ -6,3 +6,7 @@ root="$1" account="$2" cards="$3"
 [[ "$cards" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "bad card list: $cards" >&2; exit 2; }
 printf 'export CUDA_VISIBLE_DEVICES=%s\nexport HIP_VISIBLE_DEVICES=%s\n' "$cards" "$cards" \
     > "$root/home/$account/.gpulots-env"
+for profile in .profile .bashrc; do  # every login shell sees its cards (once)
+    file="$root/home/$account/$profile"
+    grep -qs '^\. ~/.gpulots-env$' "$file" || printf '. ~/.gpulots-env\n' >> "$file"
+done

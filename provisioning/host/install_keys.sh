@@ -5,3 +5,6 @@ set -euo pipefail
 root="$1" account="$2" keys="$3"
 if grep -q "PRIVATE KEY" "$keys"; then echo "refused: a private key" >&2; exit 3; fi
 install -m 600 "$keys" "$root/home/$account/.ssh/authorized_keys"
+if [[ "${GPULOTS_REAL_ACCOUNTS:-0}" == 1 ]]; then  # sshd reads them as the account
+    chown -R "$account:" "$root/home/$account/.ssh"
+fi

@@ -16,7 +16,7 @@ from provisioning import services
 from provisioning.backends import HOST_SCRIPTS, LocalBackend, StepFailed
 from provisioning.models import ProvisioningJob
 from reservations.errors import InvalidTransition
-from reservations.models import Order
+from reservations.models import Host, Order
 from reservations.services import Actor, mark_paid, place_order, system
 from tests.conftest import PRIVATE_KEY, RequestFactory, build_inventory
 from tests.workers import WorkerProcess, wait_for
@@ -88,8 +88,8 @@ def test_two_independent_experiments_get_one_card_each(
     accounts = services.accounts_for(job)
     assert [cards for _account, cards in accounts] == [str(job.lot.gpu_a), str(job.lot.gpu_b)]
     for account, cards in accounts:
-        backend.script(job.lot.host.name, "prepare_access", account)
-        backend.script(job.lot.host.name, "assign_cards", account, cards)
+        backend.script(job.lot.host, "prepare_access", account)
+        backend.script(job.lot.host, "assign_cards", account, cards)
         env = (backend.root / job.lot.host.name / "home" / account / ".gpulots-env").read_text()
         assert f"CUDA_VISIBLE_DEVICES={cards}\n" in env
         assert f"HIP_VISIBLE_DEVICES={cards}\n" in env
@@ -103,12 +103,12 @@ class CrashingOnce(LocalBackend):
         self.calls: list[str] = []
         self.crashed = False
 
-    def script(self, host_name: str, name: str, *args: str) -> None:
+    def script(self, host: Host, name: str, *args: str) -> None:
         self.calls.append(name)
         if name == "prepare_environment" and not self.crashed:
             self.crashed = True
             raise StepFailed("host unreachable")
-        super().script(host_name, name, *args)
+        super().script(host, name, *args)
 
 
 @pytest.mark.django_db

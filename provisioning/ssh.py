@@ -1,0 +1,241 @@
+"""The SSH backend: the shipped host scripts and the benchmark, run on the inventory's hosts.
+
+Each host's key is pinned in the inventory (``Host.ssh_host_key``); the connection trusts
+that key and nothing else: no known_hosts file, no agent, no ~/.ssh/config, no "accept
+new". A host with no pinned key, or presenting another one, is refused with the key it
+presented, which the operator checks out of band before pinning it.
+
+The scripts travel on standard input (``bash -s``); files (the researcher's keys, the
+benchmark) are written by ``cat`` from standard input too, so nothing but a POSIX shell,
+bash and the environment's Python is needed on a host. With real accounts on and a
+provisioning user other than root, the scripts run under ``sudo -n`` (the user needs
+password-less sudo for them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import asyncssh
+from django.conf import settings
+from django.core.checks import Error, register
+
+from provisioning.backends import (
+    BENCHMARK,
+    BENCHMARK_TIMEOUT,
+    HOST_SCRIPTS,
+    SCRIPT_TIMEOUT,
+    HostKeyRefused,
+    HostUnreachable,
+    StepFailed,
+    crash_report,
+)
+from reservations.models import Host
+
+T = TypeVar("T")
+Session = asyncssh.SSHClientConnection
+
+
+def fingerprint(key_line: str) -> str:
+    """SHA256 fingerprint of an OpenSSH public key line, as ``ssh-keygen -l`` prints it."""
+    try:
+        return str(asyncssh.import_public_key(key_line.strip()).get_fingerprint("sha256"))
+    except (asyncssh.KeyImportError, ValueError):
+        return "unreadable key"
+
+
+@register()
+def check_ssh_key(app_configs: object, **kwargs: object) -> list[Error]:
+    """With the SSH backend, ``manage.py check`` (and every start) needs a usable key."""
+    if settings.PROVISIONING_BACKEND != "ssh":
+        return []
+    try:
+        SshBackend()
+    except StepFailed as exc:
+        return [Error(str(exc), id="provisioning.E001")]
+    return []
+
+
+class SshBackend:
+    def __init__(
+        self,
+        *,
+        client_key: str | None = None,
+        remote_dir: str | None = None,
+        remote_root: str | None = None,
+        real_accounts: bool | None = None,
+        python: str | None = None,
+        benchmark_args: list[str] | None = None,
+        connect_timeout: int | None = None,
+    ) -> None:
+        key = client_key if client_key is not None else settings.PROVISIONING_SSH_KEY
+        if not key.strip():
+            raise StepFailed("no SSH key for the hosts: set PROVISIONING_SSH_KEY(_FILE)")
+        try:
+            self.client_key = asyncssh.import_private_key(key)
+        except (asyncssh.KeyImportError, ValueError) as exc:
+            raise StepFailed(f"PROVISIONING_SSH_KEY is not a usable private key: {exc}") from None
+        self.remote_dir = (remote_dir or settings.PROVISIONING_REMOTE_DIR).rstrip("/")
+        self.remote_root = remote_root or settings.PROVISIONING_REMOTE_ROOT
+        self.real_accounts = (
+            settings.PROVISIONING_REMOTE_ACCOUNTS if real_accounts is None else real_accounts
+        )
+        self.python = python or settings.PROVISIONING_REMOTE_PYTHON
+        self.benchmark_args = (
+            settings.PROVISIONING_BENCHMARK_ARGS if benchmark_args is None else benchmark_args
+        )
+        self.connect_timeout = connect_timeout or settings.PROVISIONING_SSH_CONNECT_TIMEOUT
+
+    # ----------------------------------------------------------------- the four calls
+
+    def script(self, host: Host, name: str, *args: str) -> None:
+        self._with_session(host, lambda session: self._script(session, host, name, *args))
+
+    def install_keys(self, host: Host, account: str, keys: str) -> None:
+        async def steps(session: Session) -> None:
+            incoming = f"{self.remote_dir}/incoming/{uuid.uuid4().hex}.pub"
+            await self._run(
+                session,
+                host,
+                "upload keys",
+                f"umask 077 && mkdir -p {shlex.quote(self.remote_dir)}/incoming "
+                f"&& cat > {shlex.quote(incoming)}",
+                stdin=keys,
+            )
+            try:
+                await self._script(session, host, "install_keys", account, incoming)
+            finally:
+                await session.run(f"rm -f {shlex.quote(incoming)}", timeout=SCRIPT_TIMEOUT)
+
+        self._with_session(host, steps)
+
+    def run_validation(self, host: Host, report_name: str, arguments: list[str]) -> str:
+        report = f"{self.remote_dir}/reports/{report_name}.json"
+        program = f"{self.remote_dir}/bin/benchmark.py"
+
+        async def steps(session: Session) -> str:
+            found = await session.run(f"test -s {shlex.quote(report)}", timeout=SCRIPT_TIMEOUT)
+            if found.exit_status == 0:  # a retry after the run finished: keep that report
+                return report
+            await self._run(
+                session,
+                host,
+                "upload the benchmark",
+                f"mkdir -p {shlex.quote(self.remote_dir)}/bin {shlex.quote(self.remote_dir)}"
+                f"/reports && cat > {shlex.quote(program)}",
+                stdin=BENCHMARK.read_text(),
+            )
+            command = [self.python, program, "--out", report, *self.benchmark_args, *arguments]
+            done = await session.run(shlex.join(command), timeout=BENCHMARK_TIMEOUT)
+            if done.exit_status != 0:
+                await self._run(
+                    session,
+                    host,
+                    "store the crash report",
+                    f"cat > {shlex.quote(report)}",
+                    stdin=json.dumps(crash_report(str(done.stderr or ""))),
+                )
+            return report
+
+        return self._with_session(host, steps)
+
+    def fetch_report(self, host: Host, path: str) -> dict[str, Any]:
+        async def steps(session: Session) -> str:
+            return await self._run(session, host, "fetch the report", f"cat {shlex.quote(path)}")
+
+        text = self._with_session(host, steps)
+        try:
+            report: dict[str, Any] = json.loads(text)
+        except ValueError:
+            raise StepFailed(f"fetch the report: {path} on {host.name} is not JSON") from None
+        return report
+
+    # ----------------------------------------------------------------- the session
+
+    def _with_session(self, host: Host, steps: Callable[[Session], Awaitable[T]]) -> T:
+        async def run() -> T:
+            session = await self._connect(host)
+            try:
+                return await steps(session)
+            except (OSError, asyncssh.Error) as exc:
+                if isinstance(exc, asyncssh.ProcessError):  # a command timed out
+                    raise StepFailed(f"{host.name}: {exc}") from None
+                raise HostUnreachable(f"{host.name}: the session broke: {exc}") from None
+            finally:
+                session.close()
+                await session.wait_closed()
+
+        return asyncio.run(run())
+
+    async def _connect(self, host: Host) -> Session:
+        where = f"{host.name} ({host.address}:{host.ssh_port})"
+        if not host.ssh_host_key.strip():
+            presented = await self._presented_key(host, None)
+            raise HostKeyRefused(
+                f"{where}: no host key is pinned; the host presents "
+                f"{fingerprint(presented) if presented else 'no key we could read'}. "
+                "Check it on the host, then pin it.",
+                presented,
+            )
+        try:
+            pinned = asyncssh.import_public_key(host.ssh_host_key.strip())
+        except (asyncssh.KeyImportError, ValueError):
+            raise HostKeyRefused(f"{where}: the pinned host key is unreadable") from None
+        try:
+            return await asyncssh.connect(
+                host.address,
+                port=host.ssh_port,
+                username=host.ssh_user,
+                known_hosts=([pinned], [], []),
+                client_keys=[self.client_key],
+                agent_path=None,
+                config=None,
+                connect_timeout=self.connect_timeout,
+                login_timeout=self.connect_timeout,
+            )
+        except (asyncssh.HostKeyNotVerifiable, asyncssh.KeyExchangeFailed):
+            presented = await self._presented_key(host, pinned.get_algorithm())
+            raise HostKeyRefused(
+                f"{where}: the host presented "
+                f"{fingerprint(presented) if presented else 'another key'}, not the pinned "
+                f"{pinned.get_fingerprint('sha256')}; refused. If the host was reinstalled, "
+                "check the new key on it and pin it.",
+                presented,
+            ) from None
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            raise HostUnreachable(f"{where}: {type(exc).__name__}: {exc}") from None
+
+    async def _presented_key(self, host: Host, algorithm: str | None) -> str:
+        """The key the host offers (of the pinned key's type), for the operator to check."""
+        try:
+            key = await asyncssh.get_server_host_key(
+                host.address,
+                host.ssh_port,
+                server_host_key_algs=[algorithm] if algorithm else (),
+                config=None,
+            )
+        except (OSError, asyncssh.Error, TimeoutError):
+            return ""
+        return "" if key is None else key.export_public_key().decode().strip()
+
+    async def _script(self, session: Session, host: Host, name: str, *args: str) -> None:
+        script = (HOST_SCRIPTS / f"{name}.sh").read_text()
+        environment = f"GPULOTS_REAL_ACCOUNTS={1 if self.real_accounts else 0}"
+        command = f"env {environment} bash -s -- {shlex.join([self.remote_root, *args])}"
+        if self.real_accounts and host.ssh_user != "root":
+            command = f"sudo -n {command}"
+        await self._run(session, host, name, command, stdin=script)
+
+    async def _run(
+        self, session: Session, host: Host, step: str, command: str, *, stdin: str | None = None
+    ) -> str:
+        done = await session.run(command, input=stdin, timeout=SCRIPT_TIMEOUT)
+        if done.exit_status != 0:
+            error = str(done.stderr or "").strip()[-500:]
+            raise StepFailed(f"{step} on {host.name}: exit {done.exit_status}: {error}")
+        return str(done.stdout or "")

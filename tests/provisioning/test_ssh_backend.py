@@ -1,0 +1,186 @@
+"""The SSH backend against a real OpenSSH server on loopback: the whole job over SSH, the
+pinned host key (a changed or missing key is refused and shown to the operator), and an
+unreachable host retried with backoff, then failed with its reason."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioning import services
+from provisioning.backends import HostKeyRefused, HostUnreachable
+from provisioning.models import ProvisioningJob
+from provisioning.ssh import SshBackend, check_ssh_key, fingerprint
+from provisioning.tasks import MAX_ATTEMPTS, provision_lot
+from reservations.models import Host, Order
+from tests.conftest import RequestFactory
+from tests.provisioning.test_provisioning import OPERATOR, paid_order
+from tests.sshd import Sshd, keygen, start_sshd
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    yield from start_sshd(tmp_path_factory.mktemp("sshd"))
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    """The test host's filesystem root, as the host-side scripts see it."""
+    return tmp_path / "host-root"
+
+
+@pytest.fixture
+def ssh_backend(sshd: Sshd, remote: Path, tmp_path: Path) -> SshBackend:
+    return SshBackend(
+        client_key=sshd.client_key,
+        remote_dir=str(tmp_path / "var-lib-gpulots"),
+        remote_root=str(remote),
+        real_accounts=False,  # a sandboxed test host: no system accounts
+        python=sys.executable,  # this machine's PyTorch stands for the environment's
+        benchmark_args=["--quick"],
+    )
+
+
+def approved_job_on(sshd: Sshd, make_request: RequestFactory, host_key: str) -> ProvisioningJob:
+    order = paid_order(make_request, hypothesis="bigger_batch")
+    services.approve_order(order, actor=OPERATOR)
+    job = ProvisioningJob.objects.select_related("lot__host").get(order=order)
+    Host.objects.filter(pk=job.lot.host_id).update(
+        address="127.0.0.1", ssh_port=sshd.port, ssh_user=sshd.user, ssh_host_key=host_key
+    )
+    job.lot.host.refresh_from_db()
+    return job
+
+
+def key_material(line: str) -> str:
+    return " ".join(line.split()[:2])
+
+
+@pytest.mark.django_db
+def test_the_ssh_backend_delivers_access_the_report_and_revokes(
+    sshd: Sshd,
+    make_request: RequestFactory,
+    ssh_backend: SshBackend,
+    remote: Path,
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    job = approved_job_on(sshd, make_request, sshd.host_key)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.run_job(job.pk, ssh_backend)
+    assert job.status == ProvisioningJob.Status.READY, job.error
+    (account,) = job.accounts
+    home = remote / "home" / account
+    keys = (home / ".ssh" / "authorized_keys").read_text().strip()
+    assert keys == job.order.ssh_keys.get().public_key
+    assert "CUDA_VISIBLE_DEVICES=0,1" in (home / ".gpulots-env").read_text()
+    assert not list((Path(ssh_backend.remote_dir) / "incoming").iterdir())  # keys not left
+    report: Any = job.report
+    assert report["verdict"]["hypothesis"] == "bigger_batch"
+    assert report["essentials"]["all_reduce"]["correct"] is True
+    assert Order.objects.get(pk=job.order_id).status == Order.STATUS_ACTIVE
+
+    later = job.order.ends_at + timedelta(minutes=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.revoke_due(now=later, backend=ssh_backend) == 1
+    assert not home.exists()
+    assert Order.objects.get(pk=job.order_id).status == Order.STATUS_COMPLETED
+
+
+@pytest.mark.django_db
+def test_a_changed_host_key_is_refused_flagged_and_never_retried(
+    sshd: Sshd,
+    make_request: RequestFactory,
+    ssh_backend: SshBackend,
+    remote: Path,
+    tmp_path: Path,
+    settings: Any,
+) -> None:
+    old_key = keygen(tmp_path / "old_host_key", "before-reinstall")
+    job = approved_job_on(sshd, make_request, old_key)
+    with pytest.raises(HostKeyRefused) as refused:
+        services.run_job(job.pk, ssh_backend)
+    assert fingerprint(old_key) in str(refused.value)
+    assert fingerprint(sshd.host_key) in str(refused.value)
+    assert not remote.exists()  # nothing ran on the host
+    host = Host.objects.get(pk=job.lot.host_id)
+    assert key_material(host.ssh_host_key_presented) == key_material(sshd.host_key)
+    assert host.ssh_host_key_refused_at is not None
+    assert host.ssh_host_key == old_key  # the pin is the operator's decision, never ours
+
+    # Through the task: failed at once with the reason, no retry, the order not active.
+    settings.PROVISIONING_BACKEND = "ssh"
+    settings.PROVISIONING_SSH_KEY = sshd.client_key
+    settings.PROVISIONING_REMOTE_ROOT = str(remote)
+    settings.PROVISIONING_REMOTE_ACCOUNTS = False
+    assert provision_lot.apply(args=(job.pk,)).get() == ProvisioningJob.Status.FAILED
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (ProvisioningJob.Status.FAILED, 2)
+    assert "not the pinned" in job.error
+    assert Order.objects.get(pk=job.order_id).status == Order.STATUS_APPROVED
+    assert job.order.events.filter(reason__startswith="provisioning failed").exists()
+
+    # The operator checks the fingerprint on the host, pins it and retries: it goes through.
+    assert services.pin_presented_host_key(host)
+    host.refresh_from_db()
+    assert key_material(host.ssh_host_key) == key_material(sshd.host_key)
+    assert services.retry_job(job, actor=OPERATOR)
+    assert services.run_job(job.pk, ssh_backend).status == ProvisioningJob.Status.READY
+
+
+@pytest.mark.django_db
+def test_a_host_without_a_pinned_key_is_refused(
+    sshd: Sshd, make_request: RequestFactory, ssh_backend: SshBackend, remote: Path
+) -> None:
+    job = approved_job_on(sshd, make_request, "")
+    with pytest.raises(HostKeyRefused, match="no host key is pinned"):
+        services.run_job(job.pk, ssh_backend)
+    assert not remote.exists()
+    presented = Host.objects.get(pk=job.lot.host_id).ssh_host_key_presented
+    assert key_material(presented) == key_material(sshd.host_key)
+
+
+@pytest.mark.django_db
+def test_a_refused_login_is_an_unreachable_host(
+    sshd: Sshd, make_request: RequestFactory, remote: Path, tmp_path: Path
+) -> None:
+    keygen(tmp_path / "stranger", "not-authorized")
+    stranger = SshBackend(client_key=(tmp_path / "stranger").read_text(), remote_root=str(remote))
+    job = approved_job_on(sshd, make_request, sshd.host_key)
+    with pytest.raises(HostUnreachable, match="PermissionDenied"):
+        services.run_job(job.pk, stranger)
+    assert not remote.exists()
+
+
+@pytest.mark.django_db
+def test_an_unreachable_host_is_retried_with_backoff_then_failed(
+    sshd: Sshd, make_request: RequestFactory, settings: Any
+) -> None:
+    job = approved_job_on(sshd, make_request, sshd.host_key)
+    closed = sshd.port + 1 if sshd.port < 65535 else sshd.port - 1
+    Host.objects.filter(pk=job.lot.host_id).update(ssh_port=closed)
+    settings.PROVISIONING_BACKEND = "ssh"
+    settings.PROVISIONING_SSH_KEY = sshd.client_key
+    # An eager task retries at once (the countdown is for the broker), each try a real
+    # connection attempt, until the retries are spent.
+    assert provision_lot.apply(args=(job.pk,)).get() == ProvisioningJob.Status.FAILED
+    job.refresh_from_db()
+    assert job.status == ProvisioningJob.Status.FAILED
+    assert job.attempts == MAX_ATTEMPTS + 1
+    assert f"127.0.0.1:{closed}" in job.error
+    assert Order.objects.get(pk=job.order_id).status == Order.STATUS_APPROVED
+
+
+def test_the_check_refuses_the_ssh_backend_without_a_private_key(settings: Any, sshd: Sshd) -> None:
+    settings.PROVISIONING_BACKEND = "ssh"
+    for unusable in ("", sshd.host_key):  # none, or a public key where the private belongs
+        settings.PROVISIONING_SSH_KEY = unusable
+        (error,) = check_ssh_key(None)
+        assert error.id == "provisioning.E001"
+    settings.PROVISIONING_SSH_KEY = sshd.client_key
+    assert check_ssh_key(None) == []
