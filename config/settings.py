@@ -203,6 +203,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "provisioning.tasks.resume_pending_jobs",
         "schedule": crontab(minute="*/5"),
     },
+    "remind-before-the-end": {
+        "task": "provisioning.tasks.remind_before_end",
+        "schedule": crontab(minute="*/5"),
+    },
     "scan-open-invoices": {
         "task": "payments.tasks.scan_open_invoices",
         "schedule": timedelta(seconds=PAYMENT_SCAN_SECONDS),
@@ -246,6 +250,11 @@ PROVISIONING_LOCAL_ROOT = Path(
     env_str("PROVISIONING_LOCAL_ROOT", str(BASE_DIR / "var" / "hosts")) or ""
 )
 """The local backend's sandbox: one folder per host, no real system accounts."""
+PROVISIONING_REMINDER_HOURS = env_int("PROVISIONING_REMINDER_HOURS", 24, minimum=0)
+"""Mail the researcher this long before the window ends (0: no reminder)."""
+PROVISIONING_HOLD_ON_CRASH = env_bool("PROVISIONING_HOLD_ON_CRASH", default=False)
+"""Hold access for the operator when a lot's benchmark crashed (else it is delivered, with
+the crash in its report)."""
 PROVISIONING_BACKEND = env_str("PROVISIONING_BACKEND", "local")
 """Where the host-side steps run: "local" (the sandbox above, for `make run` and the demo)
 or "ssh" (the inventory's hosts, each reached at its address with its pinned host key)."""

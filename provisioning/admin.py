@@ -1,37 +1,129 @@
-"""Provisioning in the operator's desk: jobs with their step, error and report."""
+"""Provisioning in the operator's desk: jobs with their step, error and report; retry, hold
+and release call the services, like everything else."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from provisioning import services
 from provisioning.models import ProvisioningJob
 from reservations.services import Actor
 
 
+def report_summary(job: ProvisioningJob) -> str:
+    """The report's answer and key figures, and links to the full page and the raw JSON."""
+    report: Any = job.report
+    if not isinstance(report, dict):
+        return "-"
+    links = format_html(
+        '<a href="{}">full report</a> · <a href="{}">raw JSON</a>',
+        reverse("provisioning:report", args=[job.order.reference, job.order.secret, job.pk]),
+        reverse("provisioning:report_json", args=[job.order.reference, job.order.secret, job.pk]),
+    )
+    if "error" in report:
+        return format_html(
+            "<strong>benchmark crashed</strong> ({})<pre>{}</pre>", links, report["error"]
+        )
+    split = report.get("split_test", {})
+    one, two = split.get("one_card", {}), split.get("two_cards", {})
+    rows = [
+        ("verdict", report.get("verdict", {}).get("answer", "-")),
+        (
+            "step time, one card / two (ms)",
+            f"{one.get('median_step_ms')} / {two.get('median_step_ms')}",
+        ),
+        ("peak memory per card, two cards (GB)", two.get("peak_memory_gb")),
+        ("share of the step in the exchange", two.get("exchange_share")),
+        ("cards unbalanced", two.get("imbalanced")),
+        ("stack", _stack(report.get("stack", {}))),
+    ]
+    table = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", rows)
+    return format_html("<table>{}</table><p>{}</p>", table, links)
+
+
+def _stack(stack: dict[str, Any]) -> str:
+    kernels = stack.get("kernel_check", [])
+    failing = [k.get("device") for k in kernels if isinstance(k, dict) and not k.get("ok")]
+    return (
+        f"PyTorch {stack.get('torch')}, CUDA {stack.get('cuda')}, HIP {stack.get('hip')}, "
+        f"driver {stack.get('driver')}; {stack.get('expected_arch')} in the build: "
+        f"{stack.get('arch_supported')}; "
+        + (f"kernels FAIL on {', '.join(map(str, failing))}" if failing else "kernels run")
+    )
+
+
+def _each(
+    admin_view: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[ProvisioningJob],
+    service: Callable[..., bool],
+    done: str,
+    refused: str,
+) -> None:
+    actor = Actor.of(request.user)  # type: ignore[arg-type]
+    for job in queryset.select_related("order", "lot__host"):
+        if service(job, actor=actor):
+            admin_view.message_user(request, f"{job}: {done}", messages.SUCCESS)
+        else:
+            admin_view.message_user(request, f"{job}: {refused}", messages.WARNING)
+
+
 @admin.register(ProvisioningJob)
 class ProvisioningJobAdmin(admin.ModelAdmin):
-    list_display = ("order", "lot", "status", "steps_done", "attempts", "heartbeat_at", "error")
-    list_filter = ("status",)
+    list_display = (
+        "order",
+        "lot",
+        "status",
+        "access_held",
+        "steps_done",
+        "attempts",
+        "heartbeat_at",
+        "error",
+    )
+    list_filter = ("status", "access_held")
     search_fields = ("order__reference",)
     list_select_related = ("order", "lot__host")
-    actions = ("retry",)
+    actions = ("retry", "hold", "release")
+    exclude = ("report",)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [field.name for field in ProvisioningJob._meta.fields]
+        fields = [field.name for field in ProvisioningJob._meta.fields if field.name != "report"]
+        return [*fields, "validation_report"]
+
+    @admin.display(description="validation report")
+    def validation_report(self, job: ProvisioningJob) -> str:
+        return report_summary(job)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
     @admin.action(description="Retry (continues from the last step done)")
     def retry(self, request: HttpRequest, queryset: QuerySet[ProvisioningJob]) -> None:
-        actor = Actor.of(request.user)  # type: ignore[arg-type]
-        for job in queryset.select_related("order", "lot__host"):
-            if services.retry_job(job, actor=actor):
-                self.message_user(request, f"{job}: queued again.", messages.SUCCESS)
-            else:
-                self.message_user(request, f"{job}: already done.", messages.WARNING)
+        _each(self, request, queryset, services.retry_job, "queued again.", "already done.")
+
+    @admin.action(description="Hold access (prepare, but do not deliver)")
+    def hold(self, request: HttpRequest, queryset: QuerySet[ProvisioningJob]) -> None:
+        _each(
+            self,
+            request,
+            queryset,
+            services.hold_access,
+            "held: it stops before delivery.",
+            "already delivered or already held.",
+        )
+
+    @admin.action(description="Release held access (delivers it)")
+    def release(self, request: HttpRequest, queryset: QuerySet[ProvisioningJob]) -> None:
+        _each(
+            self, request, queryset, services.release_access, "released: delivering.", "not held."
+        )

@@ -24,6 +24,7 @@ class ProvisioningJob(models.Model):
         RUNNING = "running", _("running")
         READY = "ready", _("ready")
         FAILED = "failed", _("failed")
+        HELD = "held", _("held by the operator")
         REVOKED = "revoked", _("revoked")
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="provisioning_jobs")
@@ -33,6 +34,10 @@ class ProvisioningJob(models.Model):
     accounts = models.JSONField(default=list)
     report = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
+    access_held = models.BooleanField(
+        default=False,
+        help_text=_("The operator holds access: the lot is prepared but not delivered"),
+    )
     attempts = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text=_("Last step recorded"))

@@ -7,7 +7,7 @@ retry after a crash continues with the next step. The host-side steps are idempo
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models, transaction
@@ -115,10 +115,18 @@ def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
             report_path = report_path or backend.run_validation(
                 host, f"job-{job.pk}", _benchmark_arguments(job)
             )
-            ProvisioningJob.objects.filter(pk=job.pk).update(
-                report=backend.fetch_report(host, report_path)
-            )
+            report = backend.fetch_report(host, report_path)
+            ProvisioningJob.objects.filter(pk=job.pk).update(report=report)
+            if "error" in report and settings.PROVISIONING_HOLD_ON_CRASH:
+                ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
         elif step == "mark_ready":
+            if job.access_held:
+                for account, _cards in accounts:  # prepared, but nobody may log in yet
+                    backend.install_keys(host, account, "")
+                _hold(job)
+                return job
+            for account, _cards in accounts:  # (again: a held lot's keys were taken away)
+                backend.install_keys(host, account, keys)
             ProvisioningJob.objects.filter(pk=job.pk).update(
                 status=ProvisioningJob.Status.READY,
                 ready_at=timezone.now(),
@@ -132,6 +140,46 @@ def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
         job.refresh_from_db()
     activate_if_ready(job.order_id)
     return job
+
+
+def _hold(job: ProvisioningJob) -> None:
+    """Stop before delivery: the lot is held (by the operator, or because its benchmark
+    crashed and PROVISIONING_HOLD_ON_CRASH says so) until the operator releases it."""
+    crashed = isinstance(job.report, dict) and "error" in job.report
+    reason = "access held: the benchmark crashed" if crashed else "access held by the operator"
+    with transaction.atomic():
+        if ProvisioningJob.objects.filter(pk=job.pk, status=ProvisioningJob.Status.RUNNING).update(
+            status=ProvisioningJob.Status.HELD, error=reason
+        ):
+            record_note(job.order, actor=system("provisioning"), reason=f"{job.lot}: {reason}")
+    job.refresh_from_db()
+
+
+def hold_access(job: ProvisioningJob, *, actor: Actor) -> bool:
+    """The operator holds a lot that is not delivered yet: its job stops before delivery."""
+    with transaction.atomic():
+        held = (
+            ProvisioningJob.objects.filter(pk=job.pk, access_held=False)
+            .exclude(status__in=(ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED))
+            .update(access_held=True)
+        )
+        if held:
+            record_note(job.order, actor=actor, reason=f"{job.lot}: access held")
+    return bool(held)
+
+
+def release_access(job: ProvisioningJob, *, actor: Actor) -> bool:
+    """The operator releases a held lot: its job continues and delivers access."""
+    with transaction.atomic():
+        released = (
+            ProvisioningJob.objects.filter(pk=job.pk, access_held=True)
+            .exclude(status__in=(ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED))
+            .update(access_held=False, status=ProvisioningJob.Status.PENDING, error="")
+        )
+        if released:
+            record_note(job.order, actor=actor, reason=f"{job.lot}: access released")
+            transaction.on_commit(lambda: _enqueue([job]))
+    return bool(released)
 
 
 def _benchmark_arguments(job: ProvisioningJob) -> list[str]:
@@ -252,6 +300,31 @@ def revoke_due(*, now: datetime | None = None, backend: Backend | None = None) -
     return done
 
 
+def remind_before_end(*, now: datetime | None = None) -> int:
+    """Mail each active order once, PROVISIONING_REMINDER_HOURS before its window ends."""
+    now = now or timezone.now()
+    hours = settings.PROVISIONING_REMINDER_HOURS
+    if not hours:
+        return 0
+    due = Order.objects.filter(
+        status=Order.STATUS_ACTIVE,
+        ending_mail_sent_at__isnull=True,
+        ends_at__gt=now,
+        ends_at__lte=now + timedelta(hours=hours),
+    )
+    sent = 0
+    for order in due:
+        with transaction.atomic():
+            # Claimed by a conditional update: two beat runs never both mail it.
+            if Order.objects.filter(pk=order.pk, ending_mail_sent_at__isnull=True).update(
+                ending_mail_sent_at=now
+            ):
+                record_note(order, actor=system("reminder"), reason="the window ends soon: mailed")
+                notifications.enqueue_order_mail(order, "order_ending")
+                sent += 1
+    return sent
+
+
 def auto_approve(order: Order) -> None:
     if settings.PROVISIONING_AUTO_APPROVE:
         approve_order(order, actor=system("auto-approve"))
@@ -262,7 +335,10 @@ __all__ = [
     "approve_order",
     "auto_approve",
     "fail_job",
+    "hold_access",
     "pin_presented_host_key",
+    "release_access",
+    "remind_before_end",
     "retry_job",
     "revoke_due",
     "run_job",

@@ -40,6 +40,11 @@ def revoke_due_access() -> int:
     return services.revoke_due()
 
 
+@shared_task(name="provisioning.tasks.remind_before_end", acks_late=True)
+def remind_before_end() -> int:
+    return services.remind_before_end()
+
+
 @shared_task(name="provisioning.tasks.resume_pending_jobs", acks_late=True)
 def resume_pending_jobs() -> int:
     """Beat: jobs of approved orders that no worker is running (a lost message, a killed

@@ -7,10 +7,17 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+from django.utils.decorators import method_decorator
+from django.views.decorators.http import require_POST
 
+from provisioning.admin import report_summary
+from provisioning.models import ProvisioningJob
 from reservations import services
 from reservations.errors import InvalidTransition
 from reservations.models import (
@@ -124,6 +131,18 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
 
+class ProvisioningInline(ReadOnlyInline):
+    """Each lot's provisioning job: where it is, why it failed, what its benchmark found."""
+
+    model = ProvisioningJob
+    fields = ("lot", "status", "access_held", "steps_done", "error", "validation_report")
+    readonly_fields = fields
+
+    @admin.display(description="validation report")
+    def validation_report(self, job: ProvisioningJob) -> str:
+        return report_summary(job)
+
+
 class HoldInline(ReadOnlyInline):
     model = Hold
     fields = ("lot", "period", "status", "created_at", "released_at")
@@ -193,8 +212,9 @@ class OrderAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     search_fields = ("reference", "contact_email", "contact_name", "organisation")
     list_select_related = ("kind",)
-    inlines = (HoldInline, SshKeyInline, EventInline)
+    inlines = (HoldInline, SshKeyInline, ProvisioningInline, EventInline)
     actions = ("approve_orders", "cancel_orders")
+    change_form_template = "admin/reservations/order/change_form.html"
     fieldsets = (
         (
             None,
@@ -264,8 +284,27 @@ class OrderAdmin(admin.ModelAdmin):
         context = {"show_save": False, "show_save_and_continue": False, **(extra_context or {})}
         return super().changeform_view(request, object_id, form_url, context)
 
+    def get_urls(self) -> list[URLPattern]:
+        approve = path(
+            "<int:order_id>/approve/",
+            self.admin_site.admin_view(self.approve_view),
+            name="reservations_order_approve",
+        )
+        return [approve, *super().get_urls()]
+
+    @method_decorator(require_POST)
+    def approve_view(self, request: HttpRequest, order_id: int) -> HttpResponse:
+        """The "Approve" button on a paid order's page: the same service as the action."""
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        self._approve(request, Order.objects.filter(pk=order_id))
+        return redirect("admin:reservations_order_change", order_id)
+
     @admin.action(description="Approve selected paid orders (starts provisioning)")
     def approve_orders(self, request: HttpRequest, queryset: QuerySet[Order]) -> None:
+        self._approve(request, queryset)
+
+    def _approve(self, request: HttpRequest, queryset: QuerySet[Order]) -> None:
         from provisioning.services import approve_order
 
         actor = services.Actor.of(request.user)  # type: ignore[arg-type]

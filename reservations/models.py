@@ -289,6 +289,9 @@ class Order(models.Model):
     unit_price_usd = models.DecimalField(max_digits=10, decimal_places=2)
     total_usd = models.DecimalField(max_digits=12, decimal_places=2)
     hold_expires_at = models.DateTimeField()
+    ending_mail_sent_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("When the reminder before the window's end was mailed")
+    )
     placed_mail_sent_at = models.DateTimeField(
         null=True, blank=True, help_text=_("When the order's link was mailed; empty: not yet")
     )
