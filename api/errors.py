@@ -33,6 +33,16 @@ class IdempotencyKeyReused(exceptions.APIException):
     default_code = "idempotency_key_reused"
 
 
+class ReportNotReady(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = (
+        "No lot has a validation report yet: a lot's report is stored when its validation "
+        "benchmark has run, after approval. Follow the progress at "
+        "/api/v1/orders/<reference>/provisioning/."
+    )
+    default_code = "report_not_ready"
+
+
 def refusal_body(error: DjangoValidationError) -> dict[str, Any]:
     """A service's field refusals: the first one as the headline, all of them by field."""
     fields = {

@@ -7,6 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from payments.models import Invoice
+from provisioning.models import ProvisioningJob
 from reservations.models import (
     Environment,
     HardwareKind,
@@ -254,3 +255,49 @@ class ClaimSerializer(StrictSerializer):
 
 class CancelSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=2000)
+
+
+class ProvisioningAccountSerializer(serializers.Serializer):
+    account = serializers.CharField()
+    cards = serializers.CharField(help_text="The visible cards, e.g. `0,1` or `1`")
+    ssh = serializers.CharField(help_text="The command line, as on the order page")
+
+
+class ProvisioningLotSerializer(serializers.Serializer):
+    lot = serializers.CharField(help_text="Host and cards, e.g. `h200-01 GPU 0,1`")
+    host = serializers.CharField()
+    status = serializers.ChoiceField(choices=ProvisioningJob.Status.choices)
+    steps_done = serializers.IntegerField()
+    steps_total = serializers.IntegerField()
+    current_step = serializers.ChoiceField(
+        choices=ProvisioningJob.STEPS,
+        allow_null=True,
+        help_text="The step running or next (the failed one for a failed lot); null when done",
+    )
+    error = serializers.CharField(
+        allow_null=True, help_text="Which step failed, for a failed lot; null otherwise"
+    )
+    ready_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    accounts = ProvisioningAccountSerializer(
+        many=True, help_text="Only while the lot is ready; empty before and after"
+    )
+
+
+class ProvisioningSerializer(serializers.Serializer):
+    order = OrderSerializer(help_text="The order; its `status` is `active` once every lot is ready")
+    lots = ProvisioningLotSerializer(many=True, help_text="Empty until the order is approved")
+
+
+class LotReportSerializer(serializers.Serializer):
+    lot = serializers.CharField()
+    host = serializers.CharField()
+    report = serializers.DictField(
+        allow_null=True,
+        help_text="The validation benchmark's JSON report as stored; null until the lot is ready",
+    )
+
+
+class ReportsSerializer(serializers.Serializer):
+    order = OrderSerializer()
+    lots = LotReportSerializer(many=True)

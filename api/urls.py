@@ -17,4 +17,10 @@ urlpatterns = [
     path("orders/<str:reference>/cancel/", views.CancelView.as_view(), name="cancel"),
     path("orders/<str:reference>/invoice/", views.InvoiceView.as_view(), name="invoice"),
     path("orders/<str:reference>/claim/", views.ClaimView.as_view(), name="claim"),
+    path(
+        "orders/<str:reference>/provisioning/",
+        views.ProvisioningView.as_view(),
+        name="provisioning",
+    ),
+    path("orders/<str:reference>/report/", views.ReportView.as_view(), name="report"),
 ]

@@ -1,4 +1,5 @@
-"""The REST API (v1): the catalogue, availability, the advisor, and a researcher's orders.
+"""The REST API (v1): the catalogue, availability, the advisor, a researcher's orders,
+their provisioning and validation reports.
 
 Every view parses, calls the same service as the booking pages, and shapes the answer.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -26,11 +27,13 @@ from rest_framework.views import APIView
 
 from accounts.models import User
 from api import serializers as s
-from api.errors import IdempotencyConflict, IdempotencyKeyReused
+from api.errors import IdempotencyConflict, IdempotencyKeyReused, ReportNotReady
 from api.models import IdempotentRequest
 from payments import services as payments
 from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
+from provisioning.models import ProvisioningJob
+from provisioning.services import accounts_for
 from reservations import availability, services
 from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
@@ -331,3 +334,96 @@ class ClaimView(APIView):
             pk=invoice.pk
         )
         return Response(s.InvoiceSerializer(invoice).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _jobs(request: Request, order: Order) -> models.QuerySet[ProvisioningJob]:
+    """The provisioning jobs of one of this token owner's orders, one per booked lot (none
+    before approval)."""
+    return ProvisioningJob.objects.filter(order=order, order__user=_user(request)).select_related(
+        "order", "lot__host"
+    )
+
+
+def _lot_access(job: ProvisioningJob) -> dict[str, object]:
+    cards = dict(accounts_for(job))
+    ready = job.status == ProvisioningJob.Status.READY
+    return {
+        "lot": str(job.lot),
+        "host": job.lot.host.name,
+        "status": job.status,
+        "steps_done": job.steps_done,
+        "steps_total": len(ProvisioningJob.STEPS),
+        "current_step": job.next_step,
+        # The operator's error text (host stderr, key fingerprints, settings) stays in the
+        # desk, as on the order page: the researcher learns which step failed.
+        "error": (
+            f"Preparing this lot failed at {job.next_step}; the operator sees it in the desk "
+            "and will retry."
+            if job.status == ProvisioningJob.Status.FAILED
+            else None
+        ),
+        "ready_at": job.ready_at,
+        "revoked_at": job.revoked_at,
+        "accounts": [
+            {
+                "account": account,
+                "cards": cards.get(account, ""),
+                "ssh": job.ssh_command(account),  # the order page's line
+            }
+            for account in (job.accounts if ready else [])
+        ],
+    }
+
+
+class ProvisioningView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        responses={
+            200: s.ProvisioningSerializer,
+            401: ERRORS[401],
+            404: ERRORS[404],
+            429: ERRORS[429],
+        },
+        summary="Provisioning per lot: steps, and the ssh lines once ready",
+    )
+    def get(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        jobs = _jobs(request, order).defer("report")
+        body = {
+            "order": order,
+            "lots": [_lot_access(job) for job in jobs],
+        }
+        return Response(s.ProvisioningSerializer(body).data)
+
+
+class ReportView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        responses={
+            200: s.ReportsSerializer,
+            401: ERRORS[401],
+            404: ERRORS[404],
+            409: OpenApiResponse(ERROR, "report_not_ready: no lot has a report yet"),
+            429: ERRORS[429],
+        },
+        summary="The validation reports (the benchmark's JSON), per lot",
+    )
+    def get(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        # As on the order page: a lot's report once it is delivered (ready, later revoked),
+        # not while it is prepared, failed or held by the operator.
+        delivered = (ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED)
+        lots = [
+            {
+                "lot": str(job.lot),
+                "host": job.lot.host.name,
+                "report": job.report if job.status in delivered else None,
+            }
+            for job in _jobs(request, order)
+        ]
+        if all(lot["report"] is None for lot in lots):
+            raise ReportNotReady()
+        body = {"order": order, "lots": lots}
+        return Response(s.ReportsSerializer(body).data)

@@ -1,11 +1,14 @@
 #!/usr/bin/env python
-"""Book a lot through the REST API, pay on the local dev chain, and wait until it settles.
+"""Book a lot through the REST API, pay on the local dev chain, wait until it settles, then
+until the lot is provisioned, and download the validation report.
 
     GPULOTS_TOKEN=gl_… python examples/book_and_pay.py [--url http://127.0.0.1:8000]
 
 Needs `make run` (the dev chain included) and a token from the account page
-(/en/account/tokens/). Standard library only, apart from the payment, which this script
-makes by calling `manage.py devchain pay` as a stand-in for your wallet.
+(/en/account/tokens/). After payment an operator approves the order in the admin (or run
+the server with PROVISIONING_AUTO_APPROVE=1); the script waits for that, up to --timeout.
+Standard library only, apart from the payment, which this script makes by calling
+`manage.py devchain pay` as a stand-in for your wallet.
 """
 
 from __future__ import annotations
@@ -43,10 +46,56 @@ def call(url: str, token: str, method: str = "GET", body: Any = None, key: str =
         sys.exit(f"{method} {url}: {error.code} {problem['code']}: {problem['detail']}")
 
 
+def wait_until_active(
+    api: str, token: str, reference: str, timeout: float, every: float = 5
+) -> list[dict[str, Any]]:
+    """Approval, then per lot: account, keys, environment, cards, the validation benchmark.
+    Prints each change of progress; returns the lots once the order is active."""
+    deadline = time.monotonic() + timeout
+    shown = ""
+    while True:
+        provisioning = call(f"{api}/orders/{reference}/provisioning/", token)
+        status, lots = provisioning["order"]["status"], provisioning["lots"]
+        progress = f"order {status}: " + (
+            "; ".join(
+                f"{lot['lot']} {lot['status']} {lot['steps_done']}/{lot['steps_total']}"
+                + (f" ({lot['current_step']})" if lot["current_step"] else "")
+                + (f": {lot['error']}" if lot["error"] else "")
+                for lot in lots
+            )
+            or "waiting for approval"
+        )
+        if progress != shown:  # what changed, not every poll
+            print(progress, flush=True)
+            shown = progress
+        if status == "active":
+            return list(lots)
+        if status not in ("paid", "approved"):
+            sys.exit(f"order {reference} is {status}: nothing to provision")
+        if time.monotonic() > deadline:
+            sys.exit(f"order {reference} not active after {timeout:.0f} s; see its page")
+        time.sleep(every)
+
+
+def save_reports(api: str, token: str, reference: str, directory: Path) -> Path:
+    """Download the validation reports (the benchmark's JSON, per lot) and print verdicts."""
+    reports = call(f"{api}/orders/{reference}/report/", token)
+    path = directory / f"{reference}-report.json"
+    path.write_text(json.dumps(reports["lots"], indent=1) + "\n")
+    print(f"validation reports saved to {path}")
+    for lot in reports["lots"]:
+        verdict = (lot["report"] or {}).get("verdict", {})
+        print(f"{lot['lot']}: {verdict.get('answer', 'no report yet')}")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--ssh-key", default=str(Path.home() / ".ssh" / "id_ed25519.pub"))
+    parser.add_argument(
+        "--timeout", type=int, default=1800, help="seconds to wait for approval and provisioning"
+    )
     args = parser.parse_args()
     token = os.environ["GPULOTS_TOKEN"]
     api = f"{args.url}/api/v1"
@@ -104,6 +153,12 @@ def main() -> int:
             break
         time.sleep(2)
     print(f"order {reference} is {call(f'{api}/orders/{reference}/', token)['status']}")
+
+    lots = wait_until_active(api, token, reference, args.timeout)
+    for lot in lots:
+        for account in lot["accounts"]:
+            print(f"{lot['lot']}: {account['ssh']}   # cards {account['cards']}")
+    save_reports(api, token, reference, Path.cwd())
     return 0
 
 

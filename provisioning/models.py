@@ -51,6 +51,15 @@ class ProvisioningJob(models.Model):
     def __str__(self) -> str:
         return f"{self.order.reference} · {self.lot}"
 
+    def ssh_command(self, account: str) -> str:
+        """How the researcher connects to ``account`` on this lot's host."""
+        host = self.lot.host
+        return f"ssh -p {host.ssh_port} {account}@{host.address}"
+
+    @property
+    def ssh_commands(self) -> list[str]:
+        return [self.ssh_command(account) for account in self.accounts]
+
     @property
     def next_step(self) -> str | None:
         return self.STEPS[self.steps_done] if self.steps_done < len(self.STEPS) else None
