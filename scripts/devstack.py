@@ -121,7 +121,7 @@ def spawn(name: str, command: list[str]) -> subprocess.Popen[str]:
 
 
 def start_devchain(port: str) -> subprocess.Popen[str]:
-    """anvil on loopback, a block every 2 s, its state kept in var/ across restarts."""
+    """anvil on loopback, a block every 2 s, its state kept in var/ across restarts, quiet."""
     binary = ROOT / "node_modules" / ".bin" / "anvil"
     if not binary.exists():
         fail("anvil is missing — run `npm ci` (`make run` does it)")
@@ -137,6 +137,7 @@ def start_devchain(port: str) -> subprocess.Popen[str]:
         "2",
         "--state",
         str(VAR / "anvil-state.json"),
+        "--quiet",  # no line per block or RPC call: the other logs stay readable
     ]
     process = spawn("chain", command)
     deadline = time.monotonic() + 30

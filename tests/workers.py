@@ -27,7 +27,7 @@ class WorkerProcess:
         return "".join(self.output)
 
 
-def start_worker(timeout: float = 60) -> Iterator[WorkerProcess]:
+def start_worker(timeout: float = 120) -> Iterator[WorkerProcess]:
     """Start ``celery worker`` on a queue of its own against the current test database."""
     settings = connection.settings_dict
     user = settings["USER"] or "postgres"
