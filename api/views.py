@@ -34,6 +34,7 @@ from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
 from provisioning.models import ProvisioningJob
 from provisioning.services import accounts_for
+from provisioning.views import DELIVERED
 from reservations import availability, services
 from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
@@ -414,12 +415,11 @@ class ReportView(APIView):
         order = _own_order(request, reference)
         # As on the order page: a lot's report once it is delivered (ready, later revoked),
         # not while it is prepared, failed or held by the operator.
-        delivered = (ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED)
         lots = [
             {
                 "lot": str(job.lot),
                 "host": job.lot.host.name,
-                "report": job.report if job.status in delivered else None,
+                "report": job.report if job.status in DELIVERED else None,
             }
             for job in _jobs(request, order)
         ]

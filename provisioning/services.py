@@ -83,7 +83,7 @@ def run_job(job_id: int, backend: Backend | None = None) -> ProvisioningJob:
 def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
     ProvisioningJob.objects.filter(pk=job.pk).update(
         status=ProvisioningJob.Status.RUNNING,
-        attempts=job.attempts + 1,
+        attempts=models.F("attempts") + 1,
         heartbeat_at=timezone.now(),
     )
     host = job.lot.host
@@ -101,8 +101,10 @@ def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
                 raise StepFailed(
                     f"install_keys: the order's SSH keys are unusable ({exc.code})"
                 ) from None
+            # Checked here; they go in at delivery. Until then the file is empty: nobody logs
+            # in while the benchmark measures the cards, nor into a lot the operator holds.
             for account, _cards in accounts:
-                backend.install_keys(host, account, keys)
+                backend.install_keys(host, account, "")
         elif step == "prepare_environment":
             for account, _cards in accounts:
                 backend.script(host, "prepare_environment", account, job.order.environment.slug)
@@ -120,19 +122,22 @@ def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
             if "error" in report and settings.PROVISIONING_HOLD_ON_CRASH:
                 ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
         elif step == "mark_ready":
-            if job.access_held:
-                for account, _cards in accounts:  # prepared, but nobody may log in yet
-                    backend.install_keys(host, account, "")
-                _hold(job)
-                return job
-            for account, _cards in accounts:  # (again: a held lot's keys were taken away)
-                backend.install_keys(host, account, keys)
-            ProvisioningJob.objects.filter(pk=job.pk).update(
+            if not job.access_held:
+                for account, _cards in accounts:
+                    backend.install_keys(host, account, keys)
+            # Delivered only if the operator did not hold it meanwhile (a conditional update).
+            if job.access_held or not ProvisioningJob.objects.filter(
+                pk=job.pk, status=ProvisioningJob.Status.RUNNING, access_held=False
+            ).update(
                 status=ProvisioningJob.Status.READY,
                 ready_at=timezone.now(),
                 error="",
                 accounts=[a for a, _c in accounts],
-            )
+            ):
+                for account, _cards in accounts:  # prepared, but nobody may log in
+                    backend.install_keys(host, account, "")
+                _hold(job)
+                return job
         # Recorded only if nobody else recorded it meanwhile: steps are never counted twice.
         ProvisioningJob.objects.filter(pk=job.pk, steps_done=job.steps_done).update(
             steps_done=job.steps_done + 1, heartbeat_at=timezone.now()
@@ -155,6 +160,17 @@ def _hold(job: ProvisioningJob) -> None:
     job.refresh_from_db()
 
 
+_DONE_OR_HELD = (
+    ProvisioningJob.Status.READY,
+    ProvisioningJob.Status.REVOKED,
+    ProvisioningJob.Status.HELD,
+)
+
+STALLED_AFTER = timedelta(minutes=25)
+"""A job without a recorded step for this long has lost its worker: longer than the
+longest step (the benchmark: BENCHMARK_TIMEOUT, 15 min, plus the uploads)."""
+
+
 def hold_access(job: ProvisioningJob, *, actor: Actor) -> bool:
     """The operator holds a lot that is not delivered yet: its job stops before delivery."""
     with transaction.atomic():
@@ -169,15 +185,19 @@ def hold_access(job: ProvisioningJob, *, actor: Actor) -> bool:
 
 
 def release_access(job: ProvisioningJob, *, actor: Actor) -> bool:
-    """The operator releases a held lot: its job continues and delivers access."""
+    """The operator releases a held lot: a job waiting as "held" continues and delivers
+    access; one still on its way just loses the hold (it is not started a second time).
+    Refused once the window has ended."""
+    now = timezone.now()
+    live = ProvisioningJob.objects.filter(pk=job.pk, access_held=True, order__ends_at__gt=now)
     with transaction.atomic():
-        released = (
-            ProvisioningJob.objects.filter(pk=job.pk, access_held=True)
-            .exclude(status__in=(ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED))
-            .update(access_held=False, status=ProvisioningJob.Status.PENDING, error="")
+        resumed = live.filter(status=ProvisioningJob.Status.HELD).update(
+            access_held=False, status=ProvisioningJob.Status.PENDING, error=""
         )
+        released = resumed or (live.exclude(status__in=_DONE_OR_HELD).update(access_held=False))
         if released:
             record_note(job.order, actor=actor, reason=f"{job.lot}: access released")
+        if resumed:
             transaction.on_commit(lambda: _enqueue([job]))
     return bool(released)
 
@@ -217,11 +237,18 @@ def fail_job(job_id: int, error: str) -> bool:
 
 
 def retry_job(job: ProvisioningJob, *, actor: Actor) -> bool:
-    """The operator starts a failed or stuck job again; it continues after its last step."""
+    """The operator starts a failed or stalled job again; it continues after its last step.
+    A job a worker is still running (a recent heartbeat) is not started a second time, nor
+    any job once its window has ended."""
+    now = timezone.now()
+    quiet = now - STALLED_AFTER
+    stalled = models.Q(
+        status__in=(ProvisioningJob.Status.PENDING, ProvisioningJob.Status.RUNNING)
+    ) & (models.Q(heartbeat_at__lt=quiet) | models.Q(heartbeat_at__isnull=True))
     with transaction.atomic():
         queued = (
-            ProvisioningJob.objects.filter(pk=job.pk)
-            .exclude(status__in=(ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED))
+            ProvisioningJob.objects.filter(pk=job.pk, order__ends_at__gt=now)
+            .filter(models.Q(status=ProvisioningJob.Status.FAILED) | stalled)
             .update(status=ProvisioningJob.Status.PENDING, error="")
         )
         if queued:
@@ -238,12 +265,18 @@ def flag_host_key(host: Host, refused: HostKeyRefused) -> None:
     log.error("host key refused", extra={"host": host.name, "reason": str(refused)})
 
 
-def pin_presented_host_key(host: Host) -> bool:
-    """The operator, having checked the presented key's fingerprint on the host, pins it."""
+def pin_presented_host_key(host: Host, checked_fingerprint: str) -> bool:
+    """The operator, having checked the presented key's fingerprint on the host, pins it:
+    only if the key stored now is the one with that fingerprint (not one presented since)."""
+    from provisioning.ssh import fingerprint
+
+    presented = (
+        Host.objects.filter(pk=host.pk).values_list("ssh_host_key_presented", flat=True).first()
+    )
+    if not presented or fingerprint(presented) != checked_fingerprint.strip():
+        return False
     return bool(
-        Host.objects.filter(pk=host.pk)
-        .exclude(ssh_host_key_presented="")
-        .update(
+        Host.objects.filter(pk=host.pk, ssh_host_key_presented=presented).update(
             ssh_host_key=models.F("ssh_host_key_presented"),
             ssh_host_key_presented="",
             ssh_host_key_refused_at=None,
@@ -271,37 +304,61 @@ def activate_if_ready(order_id: int) -> bool:
 
 
 def revoke_due(*, now: datetime | None = None, backend: Backend | None = None) -> int:
-    """Active orders whose window has ended: access removed, order completed. Catches up
-    with anything overdue (the worker was down at the time)."""
+    """Orders whose window has ended: access removed on every lot, order completed. Catches
+    up with anything overdue (the worker was down at the time), and includes orders still
+    approved (a lot failed or held): their delivered lots are revoked too. A host that cannot
+    be reached leaves its order for the next run and does not hold up the others."""
     now = now or timezone.now()
     done = 0
-    for order in Order.objects.filter(status=Order.STATUS_ACTIVE, ends_at__lte=now):
-        for job in (
-            ProvisioningJob.objects.filter(order=order)
-            .exclude(status=ProvisioningJob.Status.REVOKED)
-            .select_related("lot__host")
-        ):
-            host = job.lot.host
-            for account in job.accounts or [a for a, _c in accounts_for(job)]:
-                (backend or backend_for(host)).script(host, "revoke", account)
-            ProvisioningJob.objects.filter(pk=job.pk).update(
-                status=ProvisioningJob.Status.REVOKED, revoked_at=now
-            )
+    ended = Order.objects.filter(
+        status__in=(Order.STATUS_ACTIVE, Order.STATUS_APPROVED), ends_at__lte=now
+    ).order_by("ends_at")
+    for order in ended:
+        try:
+            _revoke_lots(order, now, backend)
+        except StepFailed as exc:
+            log.warning("revocation postponed", extra={"order": order.reference, "error": str(exc)})
+            continue
+        delivered = order.status == Order.STATUS_ACTIVE
         with transaction.atomic():
             if transition(
                 order,
                 Order.STATUS_COMPLETED,
-                allowed_from=[Order.STATUS_ACTIVE],
+                allowed_from=[Order.STATUS_ACTIVE, Order.STATUS_APPROVED],
                 actor=system("revocation"),
-                reason="the window ended; access removed",
+                reason="the window ended; access removed"
+                if delivered
+                else "the window ended before every lot was delivered; access removed",
             ):
                 notifications.enqueue_order_mail(order, "order_revoked")
                 done += 1
     return done
 
 
+def _revoke_lots(order: Order, now: datetime, backend: Backend | None) -> None:
+    for job in (
+        ProvisioningJob.objects.filter(order=order)
+        .exclude(status=ProvisioningJob.Status.REVOKED)
+        .select_related("order", "lot__host")
+    ):
+        host = job.lot.host
+        try:
+            for account in job.accounts or [a for a, _c in accounts_for(job)]:
+                (backend or backend_for(host)).script(host, "revoke", account)
+        except HostKeyRefused as exc:
+            flag_host_key(host, exc)
+            raise
+        ProvisioningJob.objects.filter(pk=job.pk).update(
+            status=ProvisioningJob.Status.REVOKED, revoked_at=now
+        )
+
+
 def remind_before_end(*, now: datetime | None = None) -> int:
-    """Mail each active order once, PROVISIONING_REMINDER_HOURS before its window ends."""
+    """Mail each active order once, PROVISIONING_REMINDER_HOURS before its window ends.
+
+    Sent here, under the order's row lock, and stamped in the same transaction: a mail
+    server or broker away leaves it unstamped for the next run (at least once, never none).
+    """
     now = now or timezone.now()
     hours = settings.PROVISIONING_REMINDER_HOURS
     if not hours:
@@ -311,17 +368,22 @@ def remind_before_end(*, now: datetime | None = None) -> int:
         ending_mail_sent_at__isnull=True,
         ends_at__gt=now,
         ends_at__lte=now + timedelta(hours=hours),
-    )
+    ).values_list("pk", flat=True)
     sent = 0
-    for order in due:
+    for order_id in due:
         with transaction.atomic():
-            # Claimed by a conditional update: two beat runs never both mail it.
-            if Order.objects.filter(pk=order.pk, ending_mail_sent_at__isnull=True).update(
-                ending_mail_sent_at=now
-            ):
-                record_note(order, actor=system("reminder"), reason="the window ends soon: mailed")
-                notifications.enqueue_order_mail(order, "order_ending")
-                sent += 1
+            # Locks: this order's row; a second run waits, then finds it stamped.
+            order = (
+                Order.objects.select_for_update(of=("self",))
+                .filter(pk=order_id, ending_mail_sent_at__isnull=True)
+                .first()
+            )
+            if order is None:
+                continue
+            notifications.send_order_mail(order.pk, "order_ending")
+            Order.objects.filter(pk=order.pk).update(ending_mail_sent_at=now)
+            record_note(order, actor=system("reminder"), reason="the window ends soon: mailed")
+            sent += 1
     return sent
 
 

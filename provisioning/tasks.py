@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from celery import shared_task
 from celery.app.task import Task
 from django.db.models import Q
@@ -14,9 +12,6 @@ from provisioning.backends import HostKeyRefused, StepFailed
 from provisioning.models import ProvisioningJob
 
 MAX_ATTEMPTS = 5
-STALLED_AFTER = timedelta(minutes=15)
-"""A job without a recorded step for this long has lost its worker (a benchmark step takes
-a few minutes at most)."""
 
 
 @shared_task(
@@ -49,7 +44,7 @@ def remind_before_end() -> int:
 def resume_pending_jobs() -> int:
     """Beat: jobs of approved orders that no worker is running (a lost message, a killed
     worker) are started again; they continue where they stopped."""
-    quiet = timezone.now() - STALLED_AFTER
+    quiet = timezone.now() - services.STALLED_AFTER
     pending = (
         ProvisioningJob.objects.filter(
             order__status="approved",

@@ -100,16 +100,42 @@ class HostAdmin(admin.ModelAdmin):
         presented = host.ssh_host_key_presented
         return fingerprint(presented) if presented else "-"
 
-    @admin.action(description="Pin the key the host presented (after checking its fingerprint)")
-    def pin_presented_key(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+    @admin.action(description="Pin the key the host presented (asks for its checked fingerprint)")
+    def pin_presented_key(
+        self, request: HttpRequest, queryset: QuerySet[Host]
+    ) -> HttpResponse | None:
         from provisioning.services import pin_presented_host_key
 
+        checked, page = ask_reason(
+            self,
+            request,
+            queryset,
+            action="pin_presented_key",
+            title="Pin the presented host key",
+            explanation="On the host itself, run "
+            "`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` (or the key of the pinned "
+            "type) and paste the SHA256 fingerprint it prints. The presented key is pinned "
+            "only if it has that fingerprint.",
+            form_class=FingerprintForm,
+        )
+        if checked is None:
+            return page
         for host in queryset:
-            if pin_presented_host_key(host):
+            if pin_presented_host_key(host, checked):
                 self.log_change(request, host, "pinned the host key it presented")
                 self.message_user(request, f"{host}: key pinned.", messages.SUCCESS)
             else:
-                self.message_user(request, f"{host}: no presented key to pin.", messages.WARNING)
+                self.message_user(
+                    request,
+                    f"{host}: not pinned: the presented key does not have that fingerprint.",
+                    messages.ERROR,
+                )
+        return None
+
+    def save_model(self, request: HttpRequest, obj: Host, form: Any, change: bool) -> None:
+        if "ssh_host_key" in form.changed_data:  # pinned by hand: the refusal is settled
+            obj.ssh_host_key_presented, obj.ssh_host_key_refused_at = "", None
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(Lot)
@@ -165,6 +191,12 @@ class ReasonForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000)
 
 
+class FingerprintForm(forms.Form):
+    fingerprint = forms.CharField(
+        max_length=120, help_text="SHA256:… as ssh-keygen -lf prints it on the host"
+    )
+
+
 def ask_reason(
     admin_view: admin.ModelAdmin[Any],
     request: HttpRequest,
@@ -173,11 +205,14 @@ def ask_reason(
     action: str,
     title: str,
     explanation: str,
+    form_class: type[forms.Form] = ReasonForm,
 ) -> tuple[str | None, HttpResponse | None]:
-    """An admin action's reason: (reason, None) once given, else (None, the page asking)."""
-    form = ReasonForm(request.POST if "reason" in request.POST else None)
+    """An admin action's one answer (a reason, by default): (answer, None) once given, else
+    (None, the page asking for it)."""
+    (field,) = form_class.base_fields
+    form = form_class(request.POST if field in request.POST else None)
     if form.is_valid():
-        return form.cleaned_data["reason"], None
+        return form.cleaned_data[field], None
     page = TemplateResponse(
         request,
         "admin/reason_action.html",

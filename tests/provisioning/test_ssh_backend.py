@@ -4,6 +4,7 @@ unreachable host retried with backoff, then failed with its reason."""
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -126,7 +127,8 @@ def test_a_changed_host_key_is_refused_flagged_and_never_retried(
     assert job.order.events.filter(reason__startswith="provisioning failed").exists()
 
     # The operator checks the fingerprint on the host, pins it and retries: it goes through.
-    assert services.pin_presented_host_key(host)
+    assert not services.pin_presented_host_key(host, fingerprint(old_key))  # not what it shows
+    assert services.pin_presented_host_key(host, fingerprint(sshd.host_key))
     host.refresh_from_db()
     assert key_material(host.ssh_host_key) == key_material(sshd.host_key)
     assert services.retry_job(job, actor=OPERATOR)
@@ -159,21 +161,32 @@ def test_a_refused_login_is_an_unreachable_host(
 
 @pytest.mark.django_db
 def test_an_unreachable_host_is_retried_with_backoff_then_failed(
-    sshd: Sshd, make_request: RequestFactory, settings: Any
+    sshd: Sshd, make_request: RequestFactory, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = approved_job_on(sshd, make_request, sshd.host_key)
-    closed = sshd.port + 1 if sshd.port < 65535 else sshd.port - 1
-    Host.objects.filter(pk=job.lot.host_id).update(ssh_port=closed)
-    settings.PROVISIONING_BACKEND = "ssh"
-    settings.PROVISIONING_SSH_KEY = sshd.client_key
-    # An eager task retries at once (the countdown is for the broker), each try a real
-    # connection attempt, until the retries are spent.
-    assert provision_lot.apply(args=(job.pk,)).get() == ProvisioningJob.Status.FAILED
-    job.refresh_from_db()
-    assert job.status == ProvisioningJob.Status.FAILED
-    assert job.attempts == MAX_ATTEMPTS + 1
-    assert f"127.0.0.1:{closed}" in job.error
-    assert Order.objects.get(pk=job.order_id).status == Order.STATUS_APPROVED
+    with socket.socket() as bound:  # a port of ours, bound but never listening: refused
+        bound.bind(("127.0.0.1", 0))
+        closed = bound.getsockname()[1]
+        Host.objects.filter(pk=job.lot.host_id).update(ssh_port=closed)
+        settings.PROVISIONING_BACKEND = "ssh"
+        settings.PROVISIONING_SSH_KEY = sshd.client_key
+        # An eager task retries at once (the countdown is for the broker), each try a real
+        # connection attempt, until the retries are spent; the countdowns are recorded.
+        countdowns: list[object] = []
+        retry = provision_lot.retry
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            countdowns.append(kwargs.get("countdown"))
+            return retry(*args, **kwargs)
+
+        monkeypatch.setattr(provision_lot, "retry", recorded)
+        assert provision_lot.apply(args=(job.pk,)).get() == ProvisioningJob.Status.FAILED
+        assert countdowns == [5, 10, 20, 40, 80]  # backoff, doubling
+        job.refresh_from_db()
+        assert job.status == ProvisioningJob.Status.FAILED
+        assert job.attempts == MAX_ATTEMPTS + 1
+        assert f"127.0.0.1:{closed}" in job.error
+        assert Order.objects.get(pk=job.order_id).status == Order.STATUS_APPROVED
 
 
 def test_the_check_refuses_the_ssh_backend_without_a_private_key(settings: Any, sshd: Sshd) -> None:
