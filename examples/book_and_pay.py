@@ -97,7 +97,12 @@ def main() -> int:
         "--timeout", type=int, default=1800, help="seconds to wait for approval and provisioning"
     )
     args = parser.parse_args()
-    token = os.environ["GPULOTS_TOKEN"]
+    token = os.environ.get("GPULOTS_TOKEN", "")
+    if not token:
+        sys.exit("set GPULOTS_TOKEN to an API token (create one on /en/account/tokens/)")
+    key_file = Path(args.ssh_key).expanduser()
+    if not key_file.is_file():
+        sys.exit(f"no SSH public key at {key_file}: pass --ssh-key PATH (the .pub file)")
     api = f"{args.url}/api/v1"
 
     starts_at = (datetime.now(UTC) + timedelta(days=14)).replace(
@@ -124,7 +129,7 @@ def main() -> int:
             "hypothesis_text": "Two H200 halve the step time of our 7B fine-tune.",
             "contact_name": "Example Lab",
             "contact_email": "lab@example.org",
-            "ssh_public_keys": [Path(args.ssh_key).read_text().strip()],
+            "ssh_public_keys": [key_file.read_text().strip()],
         },
         key=str(uuid.uuid4()),  # retrying with this key never books twice
     )
