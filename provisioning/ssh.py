@@ -178,8 +178,10 @@ class SshBackend:
             try:
                 return await steps(session)
             except (OSError, asyncssh.Error) as exc:
-                if isinstance(exc, asyncssh.ProcessError):  # a command timed out
-                    raise StepFailed(f"{host.name}: {exc}") from None
+                if isinstance(exc, asyncssh.TimeoutError):
+                    raise StepFailed(f"{host.name}: a command ran past its time limit") from None
+                if isinstance(exc, asyncssh.ProcessError):
+                    raise StepFailed(f"{host.name}: {type(exc).__name__}: {exc}") from None
                 raise HostUnreachable(f"{host.name}: the session broke: {exc}") from None
             finally:
                 session.close()
