@@ -34,7 +34,6 @@ from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
 from provisioning.models import ProvisioningJob
 from provisioning.services import accounts_for
-from provisioning.views import DELIVERED
 from reservations import availability, services
 from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
@@ -419,7 +418,7 @@ class ReportView(APIView):
             {
                 "lot": str(job.lot),
                 "host": job.lot.host.name,
-                "report": job.report if job.status in DELIVERED else None,
+                "report": job.report if job.status in ProvisioningJob.DELIVERED else None,
             }
             for job in _jobs(request, order)
         ]

@@ -27,6 +27,9 @@ class ProvisioningJob(models.Model):
         HELD = "held", _("held by the operator")
         REVOKED = "revoked", _("revoked")
 
+    DELIVERED = (Status.READY, Status.REVOKED)
+    """Done with provisioning: access was handed over (and maybe taken back since)."""
+
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="provisioning_jobs")
     lot = models.ForeignKey(Lot, on_delete=models.PROTECT, related_name="provisioning_jobs")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)

@@ -70,7 +70,7 @@ def run_job(job_id: int, backend: Backend | None = None) -> ProvisioningJob:
     presented, for the operator to check) and HostKeyRefused propagates.
     """
     job = ProvisioningJob.objects.select_related("order__environment", "lot__host").get(pk=job_id)
-    if job.status in (ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED):
+    if job.status in ProvisioningJob.DELIVERED:
         return job
     backend = backend or backend_for(job.lot.host)
     try:
@@ -89,6 +89,12 @@ def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
     host = job.lot.host
     accounts = accounts_for(job)
     keys = "\n".join(job.order.ssh_keys.values_list("public_key", flat=True)) + "\n"
+
+    def authorize(text: str) -> None:
+        """Each account's authorized keys become ``text`` (empty: nobody logs in)."""
+        for account, _cards in accounts:
+            backend.install_keys(host, account, text)
+
     report_path = None
     while (step := job.next_step) is not None:
         if step == "prepare_access":
@@ -103,8 +109,7 @@ def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
                 ) from None
             # Checked here; they go in at delivery. Until then the file is empty: nobody logs
             # in while the benchmark measures the cards, nor into a lot the operator holds.
-            for account, _cards in accounts:
-                backend.install_keys(host, account, "")
+            authorize("")
         elif step == "prepare_environment":
             for account, _cards in accounts:
                 backend.script(host, "prepare_environment", account, job.order.environment.slug)
@@ -123,8 +128,7 @@ def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
                 ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
         elif step == "mark_ready":
             if not job.access_held:
-                for account, _cards in accounts:
-                    backend.install_keys(host, account, keys)
+                authorize(keys)
             # Delivered only if the operator did not hold it meanwhile (a conditional update).
             if job.access_held or not ProvisioningJob.objects.filter(
                 pk=job.pk, status=ProvisioningJob.Status.RUNNING, access_held=False
@@ -134,8 +138,7 @@ def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
                 error="",
                 accounts=[a for a, _c in accounts],
             ):
-                for account, _cards in accounts:  # prepared, but nobody may log in
-                    backend.install_keys(host, account, "")
+                authorize("")  # prepared, but nobody may log in
                 _hold(job)
                 return job
         # Recorded only if nobody else recorded it meanwhile: steps are never counted twice.
@@ -160,15 +163,18 @@ def _hold(job: ProvisioningJob) -> None:
     job.refresh_from_db()
 
 
-_DONE_OR_HELD = (
-    ProvisioningJob.Status.READY,
-    ProvisioningJob.Status.REVOKED,
-    ProvisioningJob.Status.HELD,
-)
-
 STALLED_AFTER = timedelta(minutes=25)
 """A job without a recorded step for this long has lost its worker: longer than the
 longest step (the benchmark: BENCHMARK_TIMEOUT, 15 min, plus the uploads)."""
+
+
+def stalled(now: datetime) -> models.Q:
+    """Jobs waiting or running with no step recorded for STALLED_AFTER: no worker has them
+    (a lost message, a killed worker), so starting them again cannot start them twice."""
+    quiet = now - STALLED_AFTER
+    return models.Q(status__in=(ProvisioningJob.Status.PENDING, ProvisioningJob.Status.RUNNING)) & (
+        models.Q(heartbeat_at__lt=quiet) | models.Q(heartbeat_at__isnull=True, created_at__lt=quiet)
+    )
 
 
 def hold_access(job: ProvisioningJob, *, actor: Actor) -> bool:
@@ -176,7 +182,7 @@ def hold_access(job: ProvisioningJob, *, actor: Actor) -> bool:
     with transaction.atomic():
         held = (
             ProvisioningJob.objects.filter(pk=job.pk, access_held=False)
-            .exclude(status__in=(ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED))
+            .exclude(status__in=ProvisioningJob.DELIVERED)
             .update(access_held=True)
         )
         if held:
@@ -194,7 +200,11 @@ def release_access(job: ProvisioningJob, *, actor: Actor) -> bool:
         resumed = live.filter(status=ProvisioningJob.Status.HELD).update(
             access_held=False, status=ProvisioningJob.Status.PENDING, error=""
         )
-        released = resumed or (live.exclude(status__in=_DONE_OR_HELD).update(access_held=False))
+        released = resumed or (
+            live.exclude(
+                status__in=(*ProvisioningJob.DELIVERED, ProvisioningJob.Status.HELD)
+            ).update(access_held=False)
+        )
         if released:
             record_note(job.order, actor=actor, reason=f"{job.lot}: access released")
         if resumed:
@@ -223,7 +233,7 @@ def fail_job(job_id: int, error: str) -> bool:
     with transaction.atomic():
         failed = (
             ProvisioningJob.objects.filter(pk=job_id)
-            .exclude(status__in=(ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED))
+            .exclude(status__in=ProvisioningJob.DELIVERED)
             .update(status=ProvisioningJob.Status.FAILED, error=error[-2000:])
         )
         if failed:
@@ -241,14 +251,10 @@ def retry_job(job: ProvisioningJob, *, actor: Actor) -> bool:
     A job a worker is still running (a recent heartbeat) is not started a second time, nor
     any job once its window has ended."""
     now = timezone.now()
-    quiet = now - STALLED_AFTER
-    stalled = models.Q(
-        status__in=(ProvisioningJob.Status.PENDING, ProvisioningJob.Status.RUNNING)
-    ) & (models.Q(heartbeat_at__lt=quiet) | models.Q(heartbeat_at__isnull=True))
     with transaction.atomic():
         queued = (
             ProvisioningJob.objects.filter(pk=job.pk, order__ends_at__gt=now)
-            .filter(models.Q(status=ProvisioningJob.Status.FAILED) | stalled)
+            .filter(models.Q(status=ProvisioningJob.Status.FAILED) | stalled(now))
             .update(status=ProvisioningJob.Status.PENDING, error="")
         )
         if queued:
@@ -356,8 +362,8 @@ def _revoke_lots(order: Order, now: datetime, backend: Backend | None) -> None:
 def remind_before_end(*, now: datetime | None = None) -> int:
     """Mail each active order once, PROVISIONING_REMINDER_HOURS before its window ends.
 
-    Sent here, under the order's row lock, and stamped in the same transaction: a mail
-    server or broker away leaves it unstamped for the next run (at least once, never none).
+    Sent here, under the order's row lock, and stamped in the same transaction
+    (notifications.send_once): a mail server away leaves it unstamped for the next run.
     """
     now = now or timezone.now()
     hours = settings.PROVISIONING_REMINDER_HOURS
@@ -368,22 +374,13 @@ def remind_before_end(*, now: datetime | None = None) -> int:
         ending_mail_sent_at__isnull=True,
         ends_at__gt=now,
         ends_at__lte=now + timedelta(hours=hours),
-    ).values_list("pk", flat=True)
+    )
     sent = 0
-    for order_id in due:
-        with transaction.atomic():
-            # Locks: this order's row; a second run waits, then finds it stamped.
-            order = (
-                Order.objects.select_for_update(of=("self",))
-                .filter(pk=order_id, ending_mail_sent_at__isnull=True)
-                .first()
-            )
-            if order is None:
-                continue
-            notifications.send_order_mail(order.pk, "order_ending")
-            Order.objects.filter(pk=order.pk).update(ending_mail_sent_at=now)
-            record_note(order, actor=system("reminder"), reason="the window ends soon: mailed")
-            sent += 1
+    for order in due:
+        with transaction.atomic():  # the audit entry commits with the stamp
+            if notifications.send_once(order.pk, "order_ending", "ending_mail_sent_at", now=now):
+                record_note(order, actor=system("reminder"), reason="the window ends soon: mailed")
+                sent += 1
     return sent
 
 

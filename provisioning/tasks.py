@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from celery import shared_task
 from celery.app.task import Task
-from django.db.models import Q
 from django.utils import timezone
 
 from provisioning import services
@@ -44,15 +43,9 @@ def remind_before_end() -> int:
 def resume_pending_jobs() -> int:
     """Beat: jobs of approved orders that no worker is running (a lost message, a killed
     worker) are started again; they continue where they stopped."""
-    quiet = timezone.now() - services.STALLED_AFTER
-    pending = (
-        ProvisioningJob.objects.filter(
-            order__status="approved",
-            status__in=(ProvisioningJob.Status.PENDING, ProvisioningJob.Status.RUNNING),
-        )
-        .filter(Q(heartbeat_at__lt=quiet) | Q(heartbeat_at__isnull=True, created_at__lt=quiet))
-        .values_list("pk", flat=True)
-    )
+    pending = ProvisioningJob.objects.filter(
+        services.stalled(timezone.now()), order__status="approved"
+    ).values_list("pk", flat=True)
     for job_id in pending:
         provision_lot.delay(job_id)
     return len(pending)

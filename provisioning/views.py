@@ -12,16 +12,14 @@ from provisioning.models import ProvisioningJob
 from reservations.models import Order
 from reservations.views import order_by_link
 
-DELIVERED = (ProvisioningJob.Status.READY, ProvisioningJob.Status.REVOKED)
-"""A lot's report is the researcher's once the lot is delivered (not while it is prepared,
-failed or held: the operator reads it in the desk first)."""
-
 
 def _job(reference: str, secret: str, job_id: int) -> tuple[Order, ProvisioningJob]:
     order = order_by_link(reference, secret)
     job = (
         ProvisioningJob.objects.select_related("lot__host")
-        .filter(pk=job_id, order=order, status__in=DELIVERED)
+        # The researcher's once the lot is delivered (not while it is prepared, failed or
+        # held: the operator reads it in the desk first).
+        .filter(pk=job_id, order=order, status__in=ProvisioningJob.DELIVERED)
         .first()
     )
     if job is None or job.report is None:

@@ -85,7 +85,7 @@ class HostAdmin(admin.ModelAdmin):
                 f"REFUSED {host.ssh_host_key_refused_at:%Y-%m-%d %H:%M} UTC: presented "
                 f"{fingerprint(presented) if presented else 'nothing readable'}"
             )
-        return fingerprint(host.ssh_host_key) if host.ssh_host_key.strip() else "not pinned"
+        return self.pinned_fingerprint(host)
 
     @admin.display(description="pinned key's fingerprint")
     def pinned_fingerprint(self, host: Host) -> str:

@@ -22,14 +22,14 @@ def order_link(order: Order) -> str:
     return f"{settings.SITE_URL}{path}"
 
 
-def send_order_placed(order: Order) -> None:
-    """The order's link and what was booked; the link is how a guest comes back."""
+def _send(order: Order, name: str) -> None:
     context = {"order": order, "link": order_link(order)}
-    send_templated("order_placed", context, order.contact_email, order.language)
+    send_templated(name, context, order.contact_email, order.language)
 
 
-def send_order_placed_once(order_id: int) -> bool:
-    """Mail the order's link if nobody has yet; True if this call sent it.
+def send_once(order_id: int, name: str, stamp: str, *, now: datetime | None = None) -> bool:
+    """Mail ``name`` unless the order's ``stamp`` field says it went; stamp it. True if this
+    call sent it.
 
     The row is locked while the mail goes out, so two workers never both send it; a crash
     after sending and before commit sends it again (at least once, never silently none).
@@ -39,14 +39,19 @@ def send_order_placed_once(order_id: int) -> bool:
         order = (
             Order.objects.select_for_update(of=("self",))
             .select_related("kind", "environment")
-            .filter(pk=order_id, placed_mail_sent_at__isnull=True)
+            .filter(pk=order_id, **{f"{stamp}__isnull": True})
             .first()
         )
         if order is None:
             return False
-        send_order_placed(order)
-        Order.objects.filter(pk=order.pk).update(placed_mail_sent_at=timezone.now())
+        _send(order, name)
+        Order.objects.filter(pk=order.pk).update(**{stamp: now or timezone.now()})
     return True
+
+
+def send_order_placed_once(order_id: int) -> bool:
+    """Mail the order's link (what was booked; the link is how a guest comes back) once."""
+    return send_once(order_id, "order_placed", "placed_mail_sent_at")
 
 
 MAIL_CATCH_UP = timedelta(days=2)
@@ -71,10 +76,7 @@ ORDER_MAILS = ("order_paid", "order_expired", "order_active", "order_ending", "o
 def send_order_mail(order_id: int, name: str) -> None:
     if name not in ORDER_MAILS:
         raise ValueError(name)
-    order = Order.objects.select_related("kind", "environment").get(pk=order_id)
-    send_templated(
-        name, {"order": order, "link": order_link(order)}, order.contact_email, order.language
-    )
+    _send(Order.objects.select_related("kind", "environment").get(pk=order_id), name)
 
 
 def enqueue_order_mail(order: Order, name: str) -> None:
