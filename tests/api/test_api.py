@@ -5,20 +5,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.cache import cache
-from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
 from accounts.models import User
 from api.models import ApiToken, hash_token
 from reservations.models import Order
+from tests.concurrency import at_once
 from tests.conftest import Payments, build_inventory, openssh_public_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,21 +223,9 @@ def test_a_retried_request_books_once(client: Client, ada: tuple[User, str]) -> 
 def test_concurrent_duplicates_book_once(ada: tuple[User, str]) -> None:
     build_inventory()
     body = order_body()
-    barrier = threading.Barrier(4)
-    codes: list[int] = []
-
-    def send() -> None:
-        try:
-            barrier.wait()
-            codes.append(post(Client(), "/api/v1/orders/", body, ada[1], key="dup").status_code)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=send) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    codes = at_once(
+        4, lambda _: post(Client(), "/api/v1/orders/", body, ada[1], key="dup").status_code
+    )
     assert Order.objects.count() == 1
     assert 201 in codes
     assert set(codes) <= {201, 409}

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
-from django.db import connections
 
 from payments import devchain, services
 from payments.devchain import DevChain
@@ -14,6 +12,7 @@ from payments.models import Chain, Invoice
 from payments.tasks import scan_open_invoices
 from reservations.models import Order, OrderEvent
 from reservations.services import place_order
+from tests.concurrency import at_once
 from tests.conftest import Payments, RequestFactory, build_inventory
 from tests.workers import WorkerProcess, wait_for
 
@@ -77,21 +76,8 @@ def test_two_workers_settle_an_invoice_exactly_once(
     order = place_order(make_request(lot_count=1, window_days=3))
     invoice = paid_and_confirmed(committed_payments, order)
     chain = Chain.objects.get(pk=committed_payments.chain.pk)
-    barrier = threading.Barrier(3)
-    settled: list[int] = []
-
-    def worker() -> None:
-        try:
-            barrier.wait()
-            settled.extend(services.scan_chain(chain, only=[invoice.pk]).settled)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    scans = at_once(3, lambda _: services.scan_chain(chain, only=[invoice.pk]).settled)
+    settled = [pk for scan in scans for pk in scan]  # type: ignore[union-attr]
     assert settled == [invoice.pk]
     assert OrderEvent.objects.filter(order=order, to_status=Order.STATUS_PAID).count() == 1
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from accounts.models import User
@@ -20,6 +18,7 @@ from reservations.services import (
     expire_unpaid_holds,
     place_order,
 )
+from tests.concurrency import at_once
 from tests.conftest import Inventory, RequestFactory, build_inventory
 
 
@@ -96,23 +95,9 @@ def test_two_workers_expiring_at_once_act_exactly_once(make_request: RequestFact
     ]
     for order in orders:
         overdue(order)
-    barrier = threading.Barrier(4)
-    expired: list[int] = []
+    expired = at_once(4, lambda _: expire_unpaid_holds())
 
-    def worker() -> None:
-        barrier.wait()
-        try:
-            expired.append(expire_unpaid_holds())
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert sum(expired) == 3
+    assert sum(expired) == 3  # type: ignore[arg-type]  # (an exception fails it too)
     assert OrderEvent.objects.filter(to_status=Order.STATUS_EXPIRED).count() == 3
     assert Hold.objects.filter(status=Hold.Status.RELEASED).count() == 3
 

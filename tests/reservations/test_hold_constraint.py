@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta
 
 import pytest
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
 
 from reservations.errors import LotUnavailable
 from reservations.models import Hold, Order
 from reservations.services import place_order
+from tests.concurrency import at_once
 from tests.conftest import Inventory, RequestFactory
 
 
@@ -78,29 +78,10 @@ def test_released_holds_do_not_count(inventory: Inventory, make_request: Request
 
 def _race(make_request: RequestFactory, clients: int, **overrides: object) -> list[object]:
     """Many threads, each with its own database connection, place orders at the same moment."""
-    barrier = threading.Barrier(clients)
-    results: list[object] = []
-    lock = threading.Lock()
-
-    def client(offset_hours: int) -> None:
-        try:
-            request = make_request(**overrides)
-            request.starts_at += timedelta(hours=offset_hours)
-            barrier.wait()
-            outcome: object = place_order(request)
-        except Exception as exc:  # the outcome is the assertion's subject
-            outcome = exc
-        finally:
-            connections.close_all()
-        with lock:
-            results.append(outcome)
-
-    threads = [threading.Thread(target=client, args=(i % 5,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
+    requests = [make_request(**overrides) for _ in range(clients)]
+    for i, request in enumerate(requests):
+        request.starts_at += timedelta(hours=i % 5)
+    return list(at_once(clients, lambda i: place_order(requests[i])))
 
 
 @pytest.mark.django_db(transaction=True)
