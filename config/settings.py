@@ -184,6 +184,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / "var" / "celerybeat-schedule")
+PROVISIONING_TICK_SECONDS = env_int("PROVISIONING_TICK_SECONDS", 60, minimum=1)
+"""How often beat opens and closes access that is due (and catches up with the overdue)."""
 PAYMENT_SCAN_SECONDS = env_int("PAYMENT_SCAN_SECONDS", 5, minimum=1)
 """How often beat runs the payment scanner over every open invoice."""
 CELERY_BEAT_SCHEDULE = {
@@ -195,17 +197,9 @@ CELERY_BEAT_SCHEDULE = {
         "task": "reservations.tasks.send_missing_order_mails",
         "schedule": crontab(minute="*"),
     },
-    "revoke-due-access": {
-        "task": "provisioning.tasks.revoke_due_access",
-        "schedule": crontab(minute="*"),
-    },
-    "resume-pending-provisioning": {
-        "task": "provisioning.tasks.resume_pending_jobs",
-        "schedule": crontab(minute="*/5"),
-    },
-    "remind-before-the-end": {
-        "task": "provisioning.tasks.remind_before_end",
-        "schedule": crontab(minute="*/5"),
+    "access-tick": {  # open, close, resume and remind what is due (provisioning.schedule)
+        "task": "provisioning.tasks.access_tick",
+        "schedule": timedelta(seconds=PROVISIONING_TICK_SECONDS),
     },
     "scan-open-invoices": {
         "task": "payments.tasks.scan_open_invoices",
@@ -250,6 +244,11 @@ PROVISIONING_LOCAL_ROOT = Path(
     env_str("PROVISIONING_LOCAL_ROOT", str(BASE_DIR / "var" / "hosts")) or ""
 )
 """The local backend's sandbox: one folder per host, no real system accounts."""
+PROVISIONING_PREPARE_LEAD = timedelta(
+    hours=env_int("PROVISIONING_PREPARE_LEAD_HOURS", 6, minimum=0)
+)
+"""How long before a window's start its lots may be prepared and benchmarked (no keys yet;
+never before the previous tenant's access is removed and the turnaround has passed)."""
 PROVISIONING_REMINDER_HOURS = env_int("PROVISIONING_REMINDER_HOURS", 24, minimum=0)
 """Mail the researcher this long before the window ends (0: no reminder)."""
 PROVISIONING_HOLD_ON_CRASH = env_bool("PROVISIONING_HOLD_ON_CRASH", default=False)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
 from django.db import models
+from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from reservations.models import Lot, Order
@@ -22,6 +25,7 @@ class ProvisioningJob(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending", _("pending")
         RUNNING = "running", _("running")
+        PREPARED = "prepared", _("prepared, opens at the window's start")
         READY = "ready", _("ready")
         FAILED = "failed", _("failed")
         HELD = "held", _("held by the operator")
@@ -64,5 +68,87 @@ class ProvisioningJob(models.Model):
         return [self.ssh_command(account) for account in self.accounts]
 
     @property
+    def access_grant(self) -> AccessGrant | None:
+        """This job's access grant, open or closed; None before its preparation began."""
+        try:
+            grant: AccessGrant = self.grant
+        except AccessGrant.DoesNotExist:
+            return None
+        return grant
+
+    @property
+    def open_grant(self) -> AccessGrant | None:
+        """The grant under which this job may touch the lot now (None: not yet, or closed)."""
+        grant = self.access_grant
+        return grant if grant is not None and grant.closed_at is None else None
+
+    @property
     def next_step(self) -> str | None:
         return self.STEPS[self.steps_done] if self.steps_done < len(self.STEPS) else None
+
+
+class AccessGrant(models.Model):
+    """One order's use of one lot's cards: from the start of its preparation (account,
+    environment, the acceptance benchmark on the cards) to the confirmed removal of its
+    access, plus the turnaround after it.
+
+    ``period`` is [opened_at, ∞) while the grant is open, and [opened_at, closed_at +
+    turnaround) once the revocation is confirmed. An exclusion constraint over (lot, period)
+    covers every grant ever made, so at no instant can two orders have access to one lot,
+    whatever code path, worker or clock tries: a revocation that failed keeps the period
+    open and the next tenant's grant cannot be inserted until it is confirmed.
+
+    The window's bounds are copied from the order and checked in the database too: a grant
+    never opens before ``prepare_from`` (the window's start less the preparation lead) and
+    keys go in only inside the paid window.
+    """
+
+    job = models.OneToOneField(ProvisioningJob, on_delete=models.PROTECT, related_name="grant")
+    lot = models.ForeignKey(Lot, on_delete=models.PROTECT, related_name="access_grants")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="access_grants")
+    period = DateTimeRangeField()
+    prepare_from = models.DateTimeField(help_text=_("The earliest the lot may be prepared"))
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    opened_at = models.DateTimeField(help_text=_("Preparation started: the cards are this order's"))
+    keys_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("The researcher's keys went in: access opened")
+    )
+    closed_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("Access removed on the host, confirmed")
+    )
+    revoke_error = models.TextField(
+        blank=True, help_text=_("Why the last revocation failed (the lot stays closed)")
+    )
+    alerted_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("When the operator was told the revocation failed")
+    )
+
+    class Meta:
+        ordering = ("lot", "opened_at")
+        constraints = [
+            ExclusionConstraint(
+                name="access_no_overlap_per_lot",
+                expressions=[("lot", RangeOperators.EQUAL), ("period", RangeOperators.OVERLAPS)],
+            ),
+            models.CheckConstraint(
+                condition=Q(opened_at__gte=models.F("prepare_from")),
+                name="access_not_before_the_lead",
+            ),
+            models.CheckConstraint(
+                condition=Q(keys_at__isnull=True)
+                | Q(keys_at__gte=models.F("window_start"), keys_at__lt=models.F("window_end")),
+                name="access_keys_inside_the_window",
+            ),
+            models.CheckConstraint(
+                condition=Q(closed_at__isnull=True) | Q(closed_at__gte=models.F("opened_at")),
+                name="access_closed_after_opened",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.order.reference} on {self.lot}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.closed_at is None

@@ -7,12 +7,15 @@ retry after a crash continues with the next step. The host-side steps are idempo
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from provisioning import access
 from provisioning.backends import Backend, HostKeyRefused, StepFailed, backend_for
 from provisioning.models import ProvisioningJob
 from reservations import notifications
@@ -39,18 +42,36 @@ def approve_order(order: Order, *, actor: Actor) -> None:
         lots = Hold.objects.filter(order=order, status=Hold.Status.BOOKED).values_list(
             "lot_id", flat=True
         )
-        jobs = [ProvisioningJob.objects.get_or_create(order=order, lot_id=lot)[0] for lot in lots]
-        transaction.on_commit(lambda: _enqueue(jobs))
+        for lot in lots:
+            ProvisioningJob.objects.get_or_create(order=order, lot_id=lot)
+        # Approval schedules: what is due now (a window that starts within the preparation
+        # lead, or has started) is started at once; the rest by the periodic tick.
+        transaction.on_commit(lambda: _tick_order(order.pk))
+
+
+def _tick_order(order_id: int) -> None:
+    from provisioning.schedule import tick
+
+    try:
+        tick(order_id=order_id)
+    except Exception:  # the tick runs again within a minute and catches up
+        log.warning("approval: the schedule did not run", exc_info=True)
+
+
+def enqueue_job(job_id: int) -> None:
+    """Start a job's remaining steps on a worker. If the broker is away, the tick starts it
+    again (schedule.resume_stalled)."""
+    from provisioning.tasks import provision_lot
+
+    try:
+        provision_lot.delay(job_id)
+    except Exception:
+        log.warning("provisioning not queued", exc_info=True, extra={"job": job_id})
 
 
 def _enqueue(jobs: list[ProvisioningJob]) -> None:
-    from provisioning.tasks import provision_lot
-
     for job in jobs:
-        try:
-            provision_lot.delay(job.pk)
-        except Exception:  # the broker is away: the beat catch-up starts pending jobs
-            log.warning("provisioning not queued", exc_info=True, extra={"job": job.pk})
+        enqueue_job(job.pk)
 
 
 def accounts_for(job: ProvisioningJob) -> list[tuple[str, str]]:
@@ -63,28 +84,42 @@ def accounts_for(job: ProvisioningJob) -> list[tuple[str, str]]:
     return [(base, f"{lot.gpu_a},{lot.gpu_b}")]
 
 
-def run_job(job_id: int, backend: Backend | None = None) -> ProvisioningJob:
+def run_job(
+    job_id: int, backend: Backend | None = None, *, now: datetime | None = None
+) -> ProvisioningJob:
     """Run the job's remaining steps; each recorded as done before the next starts.
+
+    Only under the job's open access grant (provisioning.access): without one it is not
+    this order's turn on the lot yet, and nothing runs. Prepared before the window's start,
+    the job waits as PREPARED, with no keys on the host, until the tick opens it. ``now``
+    is the clock (the current time unless a test simulates one).
 
     A host presenting a key other than the pinned one is flagged on the host (the key it
     presented, for the operator to check) and HostKeyRefused propagates.
     """
     job = ProvisioningJob.objects.select_related("order__environment", "lot__host").get(pk=job_id)
-    if job.status in ProvisioningJob.DELIVERED:
+    if job.status in ProvisioningJob.DELIVERED or job.open_grant is None:
         return job
     backend = backend or backend_for(job.lot.host)
     try:
-        return _run_steps(job, backend)
+        return _run_steps(job, backend, lambda: now or timezone.now())
     except HostKeyRefused as exc:
         flag_host_key(job.lot.host, exc)
         raise
 
 
-def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
+def lot_cards(job: ProvisioningJob) -> str:
+    """The lot's device indices on its host, as the visible-device variables take them."""
+    return f"{job.lot.gpu_a},{job.lot.gpu_b}"
+
+
+def _run_steps(
+    job: ProvisioningJob, backend: Backend, clock: Callable[[], datetime]
+) -> ProvisioningJob:
     ProvisioningJob.objects.filter(pk=job.pk).update(
         status=ProvisioningJob.Status.RUNNING,
         attempts=models.F("attempts") + 1,
-        heartbeat_at=timezone.now(),
+        heartbeat_at=clock(),
     )
     host = job.lot.host
     accounts = accounts_for(job)
@@ -116,45 +151,77 @@ def _run_steps(job: ProvisioningJob, backend: Backend) -> ProvisioningJob:
         elif step == "assign_cards":
             for account, cards in accounts:
                 backend.script(host, "assign_cards", account, cards)
-        elif step == "run_validation":
-            report_path = backend.run_validation(host, f"job-{job.pk}", _benchmark_arguments(job))
-        elif step == "fetch_report":
+        elif step in ("run_validation", "fetch_report"):
+            # On the lot's cards only: the backend exports their indices to the benchmark,
+            # which checks that it sees exactly those (a mismatch holds the lot).
             report_path = report_path or backend.run_validation(
-                host, f"job-{job.pk}", _benchmark_arguments(job)
+                host, f"job-{job.pk}", _benchmark_arguments(job), cards=lot_cards(job)
             )
-            report = backend.fetch_report(host, report_path)
-            ProvisioningJob.objects.filter(pk=job.pk).update(report=report)
-            if "error" in report and settings.PROVISIONING_HOLD_ON_CRASH:
-                ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
+            if step == "fetch_report":
+                report = backend.fetch_report(host, report_path)
+                ProvisioningJob.objects.filter(pk=job.pk).update(report=report)
+                if _devices_wrong(report) or (
+                    "error" in report and settings.PROVISIONING_HOLD_ON_CRASH
+                ):
+                    ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
         elif step == "mark_ready":
+            now = clock()
+            job.refresh_from_db(fields=["access_held"])
+            if not job.access_held and now < job.order.starts_at:
+                # Prepared ahead of the window: the keys go in at its start (schedule.tick).
+                ProvisioningJob.objects.filter(
+                    pk=job.pk, status=ProvisioningJob.Status.RUNNING
+                ).update(status=ProvisioningJob.Status.PREPARED, heartbeat_at=now)
+                job.refresh_from_db()
+                return job
+            if now >= job.order.ends_at:  # the window is over: nothing opens any more
+                return job
             if not job.access_held:
                 authorize(keys)
             # Delivered only if the operator did not hold it meanwhile (a conditional update).
-            if job.access_held or not ProvisioningJob.objects.filter(
-                pk=job.pk, status=ProvisioningJob.Status.RUNNING, access_held=False
-            ).update(
-                status=ProvisioningJob.Status.READY,
-                ready_at=timezone.now(),
-                error="",
-                accounts=[a for a, _c in accounts],
-            ):
+            with transaction.atomic():
+                delivered = not job.access_held and bool(
+                    ProvisioningJob.objects.filter(
+                        pk=job.pk, status=ProvisioningJob.Status.RUNNING, access_held=False
+                    ).update(
+                        status=ProvisioningJob.Status.READY,
+                        ready_at=now,
+                        error="",
+                        accounts=[a for a, _c in accounts],
+                    )
+                )
+                if delivered:
+                    access.record_keys(job, now=now)
+            if not delivered:
                 authorize("")  # prepared, but nobody may log in
                 _hold(job)
                 return job
         # Recorded only if nobody else recorded it meanwhile: steps are never counted twice.
         ProvisioningJob.objects.filter(pk=job.pk, steps_done=job.steps_done).update(
-            steps_done=job.steps_done + 1, heartbeat_at=timezone.now()
+            steps_done=job.steps_done + 1, heartbeat_at=clock()
         )
         job.refresh_from_db()
     activate_if_ready(job.order_id)
     return job
 
 
+def _devices_wrong(report: dict[str, Any]) -> bool:
+    """The benchmark saw other devices than the lot's (or another number of them)."""
+    devices = report.get("devices")
+    return isinstance(devices, dict) and devices.get("ok") is False
+
+
 def _hold(job: ProvisioningJob) -> None:
     """Stop before delivery: the lot is held (by the operator, or because its benchmark
     crashed and PROVISIONING_HOLD_ON_CRASH says so) until the operator releases it."""
-    crashed = isinstance(job.report, dict) and "error" in job.report
-    reason = "access held: the benchmark crashed" if crashed else "access held by the operator"
+    report = job.report if isinstance(job.report, dict) else {}
+    if _devices_wrong(report):
+        problem = report["devices"].get("problem") or "another device set"
+        reason = f"access held: the benchmark did not see the lot's cards ({problem})"
+    elif "error" in report:
+        reason = "access held: the benchmark crashed"
+    else:
+        reason = "access held by the operator"
     with transaction.atomic():
         if ProvisioningJob.objects.filter(pk=job.pk, status=ProvisioningJob.Status.RUNNING).update(
             status=ProvisioningJob.Status.HELD, error=reason
@@ -168,12 +235,23 @@ STALLED_AFTER = timedelta(minutes=25)
 longest step (the benchmark: BENCHMARK_TIMEOUT, 15 min, plus the uploads)."""
 
 
+OPENING_STALLED_AFTER = timedelta(minutes=5)
+"""The same for a job whose only step left is opening access (two short scripts)."""
+
+
 def stalled(now: datetime) -> models.Q:
-    """Jobs waiting or running with no step recorded for STALLED_AFTER: no worker has them
-    (a lost message, a killed worker), so starting them again cannot start them twice."""
+    """Jobs under an open grant, waiting or running with no step recorded for STALLED_AFTER
+    (OPENING_STALLED_AFTER when only the opening is left): no worker has them (a lost
+    message, a killed worker), so starting them again cannot start them twice. A job with
+    no grant yet is the schedule's (schedule.tick), not stalled."""
     quiet = now - STALLED_AFTER
-    return models.Q(status__in=(ProvisioningJob.Status.PENDING, ProvisioningJob.Status.RUNNING)) & (
-        models.Q(heartbeat_at__lt=quiet) | models.Q(heartbeat_at__isnull=True, created_at__lt=quiet)
+    opening = models.Q(steps_done=len(ProvisioningJob.STEPS) - 1) & models.Q(
+        heartbeat_at__lt=now - OPENING_STALLED_AFTER
+    )
+    return (
+        models.Q(status__in=(ProvisioningJob.Status.PENDING, ProvisioningJob.Status.RUNNING))
+        & models.Q(grant__isnull=False, grant__closed_at__isnull=True)
+        & (models.Q(heartbeat_at__lt=quiet) | models.Q(heartbeat_at__isnull=True) | opening)
     )
 
 
@@ -324,6 +402,7 @@ def revoke_due(*, now: datetime | None = None, backend: Backend | None = None) -
             _revoke_lots(order, now, backend)
         except StepFailed as exc:
             log.warning("revocation postponed", extra={"order": order.reference, "error": str(exc)})
+            access.revocation_failed(order, str(exc), now=now)
             continue
         delivered = order.status == Order.STATUS_ACTIVE
         with transaction.atomic():
@@ -345,8 +424,10 @@ def _revoke_lots(order: Order, now: datetime, backend: Backend | None) -> None:
     for job in (
         ProvisioningJob.objects.filter(order=order)
         .exclude(status=ProvisioningJob.Status.REVOKED)
-        .select_related("order", "lot__host")
+        .select_related("order", "lot__host", "grant")
     ):
+        if job.access_grant is None and not job.accounts:
+            continue  # its turn on the lot never came: nothing of it is on the host
         host = job.lot.host
         try:
             for account in job.accounts or [a for a, _c in accounts_for(job)]:
@@ -354,9 +435,11 @@ def _revoke_lots(order: Order, now: datetime, backend: Backend | None) -> None:
         except HostKeyRefused as exc:
             flag_host_key(host, exc)
             raise
-        ProvisioningJob.objects.filter(pk=job.pk).update(
-            status=ProvisioningJob.Status.REVOKED, revoked_at=now
-        )
+        with transaction.atomic():  # confirmed on the host: the lot is free after turnaround
+            ProvisioningJob.objects.filter(pk=job.pk).update(
+                status=ProvisioningJob.Status.REVOKED, revoked_at=now
+            )
+            access.close_grant(job, now=now)
 
 
 def remind_before_end(*, now: datetime | None = None) -> int:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from celery import shared_task
 from celery.app.task import Task
-from django.utils import timezone
+from django.core.cache import cache
 
-from provisioning import services
+from provisioning import schedule, services
 from provisioning.backends import HostKeyRefused, StepFailed
 from provisioning.models import ProvisioningJob
 
@@ -29,23 +29,17 @@ def provision_lot(self: Task, job_id: int) -> str:
         raise self.retry(exc=exc, countdown=min(300, 5 * 2**self.request.retries)) from exc
 
 
-@shared_task(name="provisioning.tasks.revoke_due_access", acks_late=True)
-def revoke_due_access() -> int:
-    return services.revoke_due()
+TICK_LOCK_SECONDS = 600
+"""A tick still running this long has lost its worker; the next one may start."""
 
 
-@shared_task(name="provisioning.tasks.remind_before_end", acks_late=True)
-def remind_before_end() -> int:
-    return services.remind_before_end()
-
-
-@shared_task(name="provisioning.tasks.resume_pending_jobs", acks_late=True)
-def resume_pending_jobs() -> int:
-    """Beat: jobs of approved orders that no worker is running (a lost message, a killed
-    worker) are started again; they continue where they stopped."""
-    pending = ProvisioningJob.objects.filter(
-        services.stalled(timezone.now()), order__status="approved"
-    ).values_list("pk", flat=True)
-    for job_id in pending:
-        provision_lot.delay(job_id)
-    return len(pending)
+@shared_task(name="provisioning.tasks.access_tick", acks_late=True)
+def access_tick() -> dict[str, int]:
+    """Beat: open, close, resume and remind whatever is due (provisioning.schedule). A tick
+    still running elsewhere is not doubled (its lock expires if that worker died)."""
+    if not cache.add("provisioning:tick", "1", timeout=TICK_LOCK_SECONDS):
+        return {}
+    try:
+        return schedule.tick().as_dict()
+    finally:
+        cache.delete("provisioning:tick")

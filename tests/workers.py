@@ -27,8 +27,15 @@ class WorkerProcess:
         return "".join(self.output)
 
 
-def start_worker(timeout: float = 120) -> Iterator[WorkerProcess]:
-    """Start ``celery worker`` on a queue of its own against the current test database."""
+def start_worker(
+    timeout: float = 120,
+    *,
+    beat_schedule: Path | None = None,
+    environ: dict[str, str] | None = None,
+) -> Iterator[WorkerProcess]:
+    """Start ``celery worker`` on a queue of its own against the current test database;
+    with ``beat_schedule``, beat runs inside it too (its schedule kept in that file), sending
+    the periodic tasks to the same queue. ``environ`` adds settings for the worker."""
     settings = connection.settings_dict
     user = settings["USER"] or "postgres"
     password = f":{settings['PASSWORD']}" if settings["PASSWORD"] else ""
@@ -43,7 +50,9 @@ def start_worker(timeout: float = 120) -> Iterator[WorkerProcess]:
         "DATABASE_CONN_MAX_AGE": "0",
         "CELERY_TASK_DEFAULT_QUEUE": queue,
         "DJANGO_DEBUG": "1",
+        **(environ or {}),
     }
+    beat = ["--beat", "--schedule", str(beat_schedule)] if beat_schedule else []
     process = subprocess.Popen(
         [
             sys.executable,
@@ -60,6 +69,7 @@ def start_worker(timeout: float = 120) -> Iterator[WorkerProcess]:
             "--without-gossip",
             "--loglevel",
             "INFO",
+            *beat,
         ],
         cwd=ROOT,
         env=environ,
@@ -71,6 +81,7 @@ def start_worker(timeout: float = 120) -> Iterator[WorkerProcess]:
     # Tasks this test process sends with .delay() go to the worker's queue.
     from config.celery import app
 
+    previous_queue = app.conf.task_default_queue
     app.conf.task_default_queue = queue
 
     def pump() -> None:
@@ -88,6 +99,7 @@ def start_worker(timeout: float = 120) -> Iterator[WorkerProcess]:
     try:
         yield worker
     finally:
+        app.conf.task_default_queue = previous_queue
         process.terminate()
         try:
             process.wait(timeout=15)

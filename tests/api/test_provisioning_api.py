@@ -30,6 +30,7 @@ from reservations.services import Actor, mark_paid, place_order, system
 from tests.api.test_api import get
 from tests.api.test_api_from_its_schema import CHECKS
 from tests.conftest import RequestFactory, build_inventory
+from tests.provisioning.clock import run_at_start
 
 OPERATOR = Actor("operator@example.org")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "book_and_pay.py"
@@ -144,9 +145,9 @@ def test_provisioning_is_followed_step_by_step_and_the_reports_downloaded(
     # spent); the first is provisioned for real, the benchmark included.
     backend = LocalBackend(tmp_path / "hosts")
     with pytest.raises(StepFailed) as crash:
-        services.run_job(second.pk, FullDisk(tmp_path / "hosts"))
+        run_at_start(second.pk, FullDisk(tmp_path / "hosts"))
     assert services.fail_job(second.pk, str(crash.value))
-    services.run_job(first.pk, backend)
+    run_at_start(first.pk, backend)
 
     body = get(client, status_url, token).json()
     assert body["order"]["status"] == "approved"  # never active with a failed lot
@@ -178,7 +179,7 @@ def test_provisioning_is_followed_step_by_step_and_the_reports_downloaded(
 
     # The operator retries the failed lot: it continues, the order becomes active.
     assert services.retry_job(second, actor=OPERATOR)
-    services.run_job(second.pk, backend)
+    run_at_start(second.pk, backend)
     body = get(client, status_url, token).json()
     assert body["order"]["status"] == "active"
     assert [lot["status"] for lot in body["lots"]] == ["ready", "ready"]
@@ -259,7 +260,7 @@ def test_the_example_follows_provisioning_and_saves_the_report(
     until("waiting for approval")
     services.approve_order(order, actor=OPERATOR)
     until("pending 0/7")
-    job = services.run_job(ProvisioningJob.objects.get(order=order).pk, LocalBackend(tmp_path))
+    job = run_at_start(ProvisioningJob.objects.get(order=order).pk, LocalBackend(tmp_path))
     waiting.join(timeout=60)
     until("order active")
     lot = str(job.lot)

@@ -15,12 +15,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import User
-from provisioning import services
+from provisioning import access, services
 from provisioning.backends import HostUnreachable, LocalBackend
 from provisioning.models import ProvisioningJob
 from reservations.models import Host, Order
 from reservations.services import mark_paid, place_order, system
 from tests.conftest import RequestFactory, build_inventory
+from tests.provisioning.clock import run_at_start
 from tests.provisioning.test_provisioning import OPERATOR, paid_order
 
 pytestmark = pytest.mark.django_db
@@ -75,7 +76,7 @@ def test_the_desk_shows_each_lots_report(
     desk: Client, make_request: RequestFactory, backend: LocalBackend
 ) -> None:
     job = approved_job(make_request, hypothesis="shorter_step")
-    job = services.run_job(job.pk, backend)
+    job = run_at_start(job.pk, backend)
     verdict = job.report["verdict"]["answer"]  # type: ignore[index]
     order_page = desk.get(reverse("admin:reservations_order_change", args=[job.order_id]))
     job_page = desk.get(reverse("admin:provisioning_provisioningjob_change", args=[job.pk]))
@@ -97,7 +98,7 @@ def test_a_held_lot_is_prepared_but_not_delivered_until_released(
     job = approved_job(make_request)
     assert services.hold_access(job, actor=OPERATOR)
     assert not services.hold_access(job, actor=OPERATOR)  # already held
-    job = services.run_job(job.pk, backend)
+    job = run_at_start(job.pk, backend)
     (account, _cards) = services.accounts_for(job)[0]
     assert job.status == ProvisioningJob.Status.HELD
     assert authorized_keys(backend, job, account) == ""  # nobody can log in
@@ -106,7 +107,7 @@ def test_a_held_lot_is_prepared_but_not_delivered_until_released(
 
     with django_capture_on_commit_callbacks(execute=False):
         assert services.release_access(job, actor=OPERATOR)
-    job = services.run_job(job.pk, backend)
+    job = run_at_start(job.pk, backend)
     assert job.status == ProvisioningJob.Status.READY
     assert authorized_keys(backend, job, account).strip() == job.order.ssh_keys.get().public_key
     assert Order.objects.get(pk=job.order_id).status == Order.STATUS_ACTIVE
@@ -124,11 +125,13 @@ class Watching(LocalBackend):
         self.keys_during_benchmark: list[str] = []
         self.hold_at_delivery = hold_at_delivery
 
-    def run_validation(self, host: Host, report_name: str, arguments: list[str]) -> str:
+    def run_validation(
+        self, host: Host, report_name: str, arguments: list[str], *, cards: str
+    ) -> str:
         self.keys_during_benchmark += [
             p.read_text() for p in (self.host_root(host) / "home").glob("*/.ssh/authorized_keys")
         ]
-        return super().run_validation(host, report_name, arguments)
+        return super().run_validation(host, report_name, arguments, cards=cards)
 
     def install_keys(self, host: Host, account: str, keys: str) -> None:
         super().install_keys(host, account, keys)
@@ -139,7 +142,7 @@ class Watching(LocalBackend):
 
 def test_nobody_logs_in_before_delivery(make_request: RequestFactory, tmp_path: Path) -> None:
     backend = Watching(tmp_path / "hosts")
-    job = services.run_job(approved_job(make_request).pk, backend)
+    job = run_at_start(approved_job(make_request).pk, backend)
     assert backend.keys_during_benchmark == [""]  # the account exists, no key lets anyone in
     assert job.status == ProvisioningJob.Status.READY
     (account,) = job.accounts
@@ -150,7 +153,7 @@ def test_a_hold_at_the_instant_of_delivery_wins(
     make_request: RequestFactory, tmp_path: Path
 ) -> None:
     backend = Watching(tmp_path / "hosts", hold_at_delivery=True)
-    job = services.run_job(approved_job(make_request).pk, backend)
+    job = run_at_start(approved_job(make_request).pk, backend)
     assert job.status == ProvisioningJob.Status.HELD
     (account, _cards) = services.accounts_for(job)[0]
     assert authorized_keys(backend, job, account) == ""  # the keys went in, and out again
@@ -161,6 +164,7 @@ def test_release_and_retry_never_start_a_job_twice(
     make_request: RequestFactory, django_capture_on_commit_callbacks: Any
 ) -> None:
     job = approved_job(make_request)
+    assert access.open_grant(job, now=job.order.starts_at)  # its turn on the lot came
     ProvisioningJob.objects.filter(pk=job.pk).update(
         status=ProvisioningJob.Status.RUNNING, heartbeat_at=timezone.now()
     )
@@ -182,8 +186,12 @@ def test_release_and_retry_never_start_a_job_twice(
 class CrashingBenchmark(LocalBackend):
     """The benchmark really runs, and dies (an argument it refuses), as on a broken stack."""
 
-    def run_validation(self, host: Host, report_name: str, arguments: list[str]) -> str:
-        return super().run_validation(host, report_name, [*arguments, "--no-such-option"])
+    def run_validation(
+        self, host: Host, report_name: str, arguments: list[str], *, cards: str
+    ) -> str:
+        return super().run_validation(
+            host, report_name, [*arguments, "--no-such-option"], cards=cards
+        )
 
 
 @pytest.mark.parametrize("hold_on_crash", [False, True])
@@ -192,7 +200,7 @@ def test_a_crashed_benchmark_is_reported_and_holds_access_only_if_configured(
 ) -> None:
     settings.PROVISIONING_HOLD_ON_CRASH = hold_on_crash
     job = approved_job(make_request)
-    job = services.run_job(job.pk, CrashingBenchmark(tmp_path / "hosts"))
+    job = run_at_start(job.pk, CrashingBenchmark(tmp_path / "hosts"))
     assert "no-such-option" in job.report["error"]  # type: ignore[index]
     expected = ProvisioningJob.Status.HELD if hold_on_crash else ProvisioningJob.Status.READY
     assert job.status == expected
@@ -207,7 +215,7 @@ def test_the_researcher_is_mailed_once_before_the_window_ends(
     eager_tasks: None,
 ) -> None:
     settings.PROVISIONING_REMINDER_HOURS = 24
-    job = services.run_job(approved_job(make_request, language="de").pk, backend)
+    job = run_at_start(approved_job(make_request, language="de").pk, backend)
     order = Order.objects.get(pk=job.order_id)
     assert order.status == Order.STATUS_ACTIVE
     mail.outbox.clear()
@@ -226,7 +234,7 @@ def test_no_reminder_when_it_is_switched_off(
     make_request: RequestFactory, backend: LocalBackend, settings: Any
 ) -> None:
     settings.PROVISIONING_REMINDER_HOURS = 0
-    job = services.run_job(approved_job(make_request).pk, backend)
+    job = run_at_start(approved_job(make_request).pk, backend)
     assert services.remind_before_end(now=job.order.ends_at - timedelta(hours=1)) == 0
 
 
@@ -270,7 +278,8 @@ def test_the_windows_end_revokes_delivered_lots_of_an_order_never_active(
         assert mark_paid(order, actor=system("test"), reason="paid")
     services.approve_order(order, actor=OPERATOR)
     delivered, broken = ProvisioningJob.objects.filter(order=order)
-    delivered = services.run_job(delivered.pk, backend)
+    delivered = run_at_start(delivered.pk, backend)
+    assert access.open_grant(broken, now=order.starts_at)  # its turn came, and it failed
     assert services.fail_job(broken.pk, "host on fire")
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_APPROVED  # never active
     home = backend.root / delivered.lot.host.name / "home" / delivered.accounts[0]
@@ -302,8 +311,8 @@ class DownHost(LocalBackend):
 def test_a_host_that_is_down_postpones_only_its_own_revocations(
     make_request: RequestFactory, backend: LocalBackend
 ) -> None:
-    h200 = services.run_job(approved_job(make_request).pk, backend)
-    b200 = services.run_job(approved_job(make_request, inventory=False, kind="b200").pk, backend)
+    h200 = run_at_start(approved_job(make_request).pk, backend)
+    b200 = run_at_start(approved_job(make_request, inventory=False, kind="b200").pk, backend)
     later = max(h200.order.ends_at, b200.order.ends_at) + timedelta(minutes=1)
     down = DownHost(backend.root, down=h200.lot.host.name)
     assert services.revoke_due(now=later, backend=down) == 1

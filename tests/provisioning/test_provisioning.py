@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from django.conf import settings
 from django.core import mail
 from django.db import transaction
+from django.utils import timezone
 
 from provisioning import services
 from provisioning.backends import HOST_SCRIPTS, LocalBackend, StepFailed
@@ -19,6 +21,7 @@ from reservations.errors import InvalidTransition
 from reservations.models import Host, Order
 from reservations.services import Actor, mark_paid, place_order, system
 from tests.conftest import PRIVATE_KEY, RequestFactory, build_inventory
+from tests.provisioning.clock import run_at_start
 from tests.workers import WorkerProcess, wait_for
 
 OPERATOR = Actor("operator@example.org")
@@ -62,7 +65,7 @@ def test_the_local_backend_delivers_access_and_the_report(
         services.approve_order(order, actor=OPERATOR)
     job = ProvisioningJob.objects.get(order=order)
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.run_job(job.pk, backend)
+        job = run_at_start(job.pk, backend)
     (account,) = job.accounts
     home = backend.root / job.lot.host.name / "home" / account
     assert (
@@ -118,9 +121,9 @@ def test_a_retry_continues_where_it_stopped(make_request: RequestFactory, tmp_pa
     job = ProvisioningJob.objects.get(order=order)
     backend = CrashingOnce(tmp_path / "hosts")
     with pytest.raises(StepFailed):
-        services.run_job(job.pk, backend)
+        run_at_start(job.pk, backend)
     assert ProvisioningJob.objects.get(pk=job.pk).steps_done == 2  # access and keys done
-    services.run_job(job.pk, backend)
+    run_at_start(job.pk, backend)
     assert backend.calls.count("prepare_access") == 1  # not redone
     host = backend.root / job.lot.host.name
     assert len(list((host / "accounts").iterdir())) == 1  # one account, one set of keys
@@ -137,7 +140,7 @@ def test_access_is_revoked_when_the_window_ends(
 ) -> None:
     order = paid_order(make_request)
     services.approve_order(order, actor=OPERATOR)
-    job = services.run_job(ProvisioningJob.objects.get(order=order).pk, backend)
+    job = run_at_start(ProvisioningJob.objects.get(order=order).pk, backend)
     home = backend.root / job.lot.host.name / "home" / job.accounts[0]
     assert home.exists()
     assert services.revoke_due(backend=backend) == 0  # the window has not ended
@@ -173,10 +176,11 @@ def test_the_host_scripts_refuse_a_private_key_and_bad_names(tmp_path: Path) -> 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
-def test_a_real_worker_provisions_an_approved_order(
+def test_a_real_worker_provisions_an_order_approved_after_its_start(
     celery_worker: WorkerProcess, make_request: RequestFactory
 ) -> None:
-    order = paid_order(make_request)
+    order = paid_order(make_request, starts_at=timezone.now() + timedelta(seconds=1))
+    time.sleep(1)  # the window has started: approval opens access at once
     services.approve_order(order, actor=OPERATOR)  # enqueues provision_lot after commit
     assert wait_for(
         lambda: Order.objects.get(pk=order.pk).status == Order.STATUS_ACTIVE, timeout=120
@@ -196,7 +200,7 @@ def test_the_order_page_shows_how_to_connect_and_the_report(
 ) -> None:
     order = paid_order(make_request)
     services.approve_order(order, actor=OPERATOR)
-    job = services.run_job(ProvisioningJob.objects.get(order=order).pk, backend)
+    job = run_at_start(ProvisioningJob.objects.get(order=order).pk, backend)
     html = client.get(f"/en/orders/{order.reference}/{order.secret}/").content.decode()
     assert f"{job.accounts[0]}@127.0.0.1" in html
     assert "Validation:" in html
@@ -224,7 +228,7 @@ def test_the_payment_panel_of_an_active_order_says_settled_not_awaiting_approval
     payments.dev.mine(2)
     payment_services.scan_chain(payments.chain)
     services.approve_order(order, actor=OPERATOR)
-    services.run_job(ProvisioningJob.objects.get(order=order).pk, backend)
+    run_at_start(ProvisioningJob.objects.get(order=order).pk, backend)
     html = client.get(f"/en/orders/{order.reference}/{order.secret}/").content.decode()
     assert "Payment settled." in html
     assert "An operator approves your order next" not in html
@@ -239,6 +243,6 @@ def test_keys_are_checked_again_before_they_reach_a_host(
     services.approve_order(order, actor=OPERATOR)
     job = ProvisioningJob.objects.get(order=order)
     with pytest.raises(StepFailed, match="unusable"):
-        services.run_job(job.pk, backend)
+        run_at_start(job.pk, backend)
     assert ProvisioningJob.objects.get(pk=job.pk).steps_done == 1
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_APPROVED  # never active

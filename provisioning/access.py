@@ -1,0 +1,167 @@
+"""Access grants: whose a lot's cards are, and when, kept in the database.
+
+An ``AccessGrant`` is one order's use of one lot, from the start of its preparation (the
+account, the environment, the acceptance benchmark on the cards; no keys yet) to the
+confirmed removal of its access on the host, plus the booking's turnaround after that. Its
+exclusion constraint (models.AccessGrant) makes the guarantee: at no instant do two orders
+have access to one lot. This module is the one place that opens and closes grants, each by
+an insert or a conditional update with an audit event:
+
+- ``open_grant``: the cards become the order's for preparation; refused while another grant
+  on the lot is open or its turnaround has not passed (the constraint says no), and earlier
+  than PROVISIONING_PREPARE_LEAD before the window's start (a check constraint says no);
+- ``record_keys``: the researcher's keys went in (only inside the paid window: checked in
+  the database as well);
+- ``close_grant``: the host confirmed the revocation; the lot is free again after the
+  turnaround;
+- ``revocation_failed``: the host could not remove the access; the grant stays open, so the
+  next tenant waits, and the operator is told once.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.mail import mail_admins
+from django.db import IntegrityError, transaction
+from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
+
+from provisioning.models import AccessGrant, ProvisioningJob
+from reservations.models import Hold, Order
+from reservations.services import record_note, system
+
+log = logging.getLogger(__name__)
+
+ACTOR = system("access")
+
+
+def prepare_from(order: Order) -> datetime:
+    """The earliest a lot of ``order`` may be prepared: its window's start less the lead."""
+    lead: timedelta = settings.PROVISIONING_PREPARE_LEAD
+    return order.starts_at - lead
+
+
+def turnaround(job: ProvisioningJob) -> timedelta:
+    """The turnaround frozen into the booking's hold (the setting if the hold is gone)."""
+    period = (
+        Hold.objects.filter(order_id=job.order_id, lot_id=job.lot_id)
+        .order_by("-created_at")
+        .values_list("period", flat=True)
+        .first()
+    )
+    if period is not None and period.upper is not None:
+        return max(period.upper - job.order.ends_at, timedelta(0))
+    frozen: timedelta = settings.RESERVATION_TURNAROUND
+    return frozen
+
+
+def open_grant(job: ProvisioningJob, *, now: datetime) -> AccessGrant | None:
+    """The lot's cards become the job's order's, from ``now``: the job may prepare them.
+
+    None (and nothing written) when it is too early, the window is over, or the lot is not
+    free: another order's grant is open (a revocation not confirmed) or its turnaround has
+    not passed. An already open grant of this job is returned as it is.
+    """
+    order = job.order
+    if now < prepare_from(order) or now >= order.ends_at:
+        return None
+    existing = AccessGrant.objects.filter(job=job).first()
+    if existing is not None:
+        return existing if existing.closed_at is None else None
+    try:
+        with transaction.atomic():
+            grant = AccessGrant.objects.create(
+                job=job,
+                lot_id=job.lot_id,
+                order=order,
+                period=DateTimeTZRange(now, None, "[)"),
+                prepare_from=prepare_from(order),
+                window_start=order.starts_at,
+                window_end=order.ends_at,
+                opened_at=now,
+            )
+            record_note(order, actor=ACTOR, reason=f"{job.lot}: the cards are this order's")
+    except IntegrityError:  # the lot is another order's now, or the job got its grant meanwhile
+        return AccessGrant.objects.filter(job=job, closed_at__isnull=True).first()
+    return grant
+
+
+def record_keys(job: ProvisioningJob, *, now: datetime) -> bool:
+    """The researcher's keys are on the host from ``now`` (once; inside the window only)."""
+    return bool(
+        AccessGrant.objects.filter(
+            job=job,
+            closed_at__isnull=True,
+            keys_at__isnull=True,
+            window_start__lte=now,
+            window_end__gt=now,
+        ).update(keys_at=now)
+    )
+
+
+def close_grant(job: ProvisioningJob, *, now: datetime) -> bool:
+    """The host confirmed that the job's access is gone: the grant closes at ``now`` and
+    the lot is free for the next tenant once the booking's turnaround has passed."""
+    grant = AccessGrant.objects.filter(job=job, closed_at__isnull=True).first()
+    if grant is None:
+        return False
+    free_from = max(now, grant.opened_at) + turnaround(job)
+    with transaction.atomic():
+        closed = AccessGrant.objects.filter(pk=grant.pk, closed_at__isnull=True).update(
+            closed_at=max(now, grant.opened_at),
+            period=DateTimeTZRange(grant.opened_at, free_from, "[)"),
+            revoke_error="",
+        )
+        if closed:
+            record_note(job.order, actor=ACTOR, reason=f"{job.lot}: access removed")
+    return bool(closed)
+
+
+def revocation_failed(order: Order, error: str, *, now: datetime) -> int:
+    """The host could not remove ``order``'s access: its open grants stay open (the next
+    tenant of those lots waits) and the operator is alerted, once per grant."""
+    grants = AccessGrant.objects.filter(order=order, closed_at__isnull=True)
+    grants.update(revoke_error=error[-2000:])
+    alerted = 0
+    for grant in grants.filter(alerted_at__isnull=True).select_related("lot__host"):
+        with transaction.atomic():
+            if not AccessGrant.objects.filter(pk=grant.pk, alerted_at__isnull=True).update(
+                alerted_at=now
+            ):
+                continue
+            waiting = list(
+                ProvisioningJob.objects.filter(
+                    lot_id=grant.lot_id,
+                    status=ProvisioningJob.Status.PENDING,
+                    grant__isnull=True,
+                    order__status=Order.STATUS_APPROVED,
+                ).values_list("order__reference", flat=True)
+            )
+            reason = (
+                f"{grant.lot}: the access could not be removed at the window's end; the lot "
+                f"stays closed to the next tenant until it is ({error[-300:]})"
+            )
+            record_note(order, actor=ACTOR, reason=reason)
+            alerted += 1
+        log.error("revocation failed", extra={"order": order.reference, "lot": grant.lot_id})
+        mail_admins(
+            f"Revocation failed: {order.reference} on {grant.lot}",
+            f"{reason}\n\nWaiting for this lot: {', '.join(waiting) or 'no booking yet'}.\n"
+            "It is retried at every tick; check the host.",
+            fail_silently=True,
+        )
+    return alerted
+
+
+def access_opens_at(job: ProvisioningJob) -> datetime:
+    """When the researcher's keys went in, or are due to (the window's start)."""
+    grant = job.access_grant
+    return grant.keys_at if grant is not None and grant.keys_at else job.order.starts_at
+
+
+def access_closes_at(job: ProvisioningJob) -> datetime:
+    """When the access was removed, or is due to be (the window's end)."""
+    grant = job.access_grant
+    return grant.closed_at if grant is not None and grant.closed_at else job.order.ends_at
