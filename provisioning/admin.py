@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from provisioning import services
-from provisioning.models import ProvisioningJob
+from provisioning.models import AccessGrant, ProvisioningJob
 from reservations.services import Actor
 
 
@@ -27,6 +27,13 @@ def report_summary(job: ProvisioningJob) -> str:
         reverse("provisioning:report", args=[job.order.reference, job.order.secret, job.pk]),
         reverse("provisioning:report_json", args=[job.order.reference, job.order.secret, job.pk]),
     )
+    devices = report.get("devices")
+    if isinstance(devices, dict) and devices.get("ok") is False:
+        return format_html(
+            "<strong>wrong devices: nothing measured, access held</strong> ({})<p>{}</p>",
+            links,
+            devices.get("problem", ""),
+        )
     if "error" in report:
         return format_html(
             "<strong>benchmark crashed</strong> ({})<pre>{}</pre>", links, report["error"]
@@ -127,3 +134,52 @@ class ProvisioningJobAdmin(admin.ModelAdmin):
         _each(
             self, request, queryset, services.release_access, "released: delivering.", "not held."
         )
+
+
+class GrantState(admin.SimpleListFilter):
+    title = "access"
+    parameter_name = "access"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("open", "open (the cards are the order's)"),
+            ("failing", "revocation failing (the lot stays closed)"),
+            ("closed", "closed"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[AccessGrant]) -> Any:
+        if self.value() == "open":
+            return queryset.filter(closed_at__isnull=True)
+        if self.value() == "failing":
+            return queryset.filter(closed_at__isnull=True).exclude(revoke_error="")
+        if self.value() == "closed":
+            return queryset.filter(closed_at__isnull=False)
+        return queryset
+
+
+@admin.register(AccessGrant)
+class AccessGrantAdmin(admin.ModelAdmin):
+    """Who had which lot's cards, when: kept by the services, never edited by hand."""
+
+    list_display = (
+        "lot",
+        "order",
+        "opened_at",
+        "keys_at",
+        "window_end",
+        "closed_at",
+        "revoke_error",
+    )
+    list_filter = (GrantState, "lot__host")
+    search_fields = ("order__reference", "lot__host__name")
+    list_select_related = ("order", "lot__host")
+    date_hierarchy = "opened_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -8,6 +8,11 @@ Both backends run the same shipped scripts (provisioning/host/*.sh) and the same
 - ``SshBackend`` (provisioning/ssh.py) runs them on the inventory's hosts over SSH, with
   each host's key pinned in the inventory: any other key is refused, never accepted.
 
+The benchmark measures the lot's cards and only them: both backends start it with the
+lot's host device indices in CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES (the names the
+accounts get from assign_cards.sh) and ROCR_VISIBLE_DEVICES removed, and pass them as
+``--cards``; the benchmark checks that it sees exactly those devices before it measures.
+
 Errors say what failed: ``StepFailed`` (a step's script failed; retried), its subclass
 ``HostUnreachable`` (no connection, SSH refused, a timeout; retried with backoff) and
 ``HostKeyRefused`` (the host presented a key other than the pinned one, or none is
@@ -17,6 +22,8 @@ pinned; not retried: the operator checks the host and pins its key).
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,6 +38,10 @@ HOST_SCRIPTS = Path(__file__).resolve().parent / "host"
 BENCHMARK = Path(__file__).resolve().parent / "validation" / "benchmark.py"
 SCRIPT_TIMEOUT = 120
 BENCHMARK_TIMEOUT = 900
+CARDS = re.compile(r"[0-9]+(,[0-9]+)*")
+HIDDEN = "ROCR_VISIBLE_DEVICES"
+"""Removed from the benchmark's environment: HIP reads HIP_VISIBLE_DEVICES as positions in
+the list ROCR_VISIBLE_DEVICES exposes, so both set to "2,3" would show no card at all."""
 
 
 class StepFailed(Exception):
@@ -57,8 +68,18 @@ class Backend(Protocol):
     def install_keys(self, host: Host, account: str, keys: str) -> None:
         """The account's authorized keys become ``keys`` (OpenSSH lines)."""
 
-    def run_validation(self, host: Host, report_name: str, arguments: list[str]) -> str:
-        """Run the benchmark (once: a retry finds the report); returns the report's path."""
+    def run_validation(
+        self, host: Host, report_name: str, arguments: list[str], *, cards: str
+    ) -> str:
+        """Run the benchmark on the lot's cards and only them (once: a retry finds the
+        report); returns the report's path.
+
+        ``cards`` are the lot's device indices on the host ("2,3"; "3" for one card); any
+        other text is refused with StepFailed before anything runs. The benchmark sees
+        them as CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES (ROCR_VISIBLE_DEVICES removed)
+        and as ``--cards``. A report it wrote is kept even when it exits non-zero (a device
+        mismatch: exit 3, ``devices.ok`` false); without one, a crash report is stored.
+        """
 
     def fetch_report(self, host: Host, path: str) -> dict[str, Any]:
         """The report at ``path`` on the host."""
@@ -68,6 +89,28 @@ def crash_report(output: str) -> dict[str, Any]:
     """What is stored when the benchmark itself died (out of memory, killed, a bad build):
     the report says what failed, and access is still delivered."""
     return {"version": 1, "error": output[-3000:]}
+
+
+def visible_devices(cards: str) -> dict[str, str]:
+    """The variables that show the benchmark ``cards`` (host device indices), checked: the
+    value goes into a command line on the host."""
+    if not CARDS.fullmatch(cards):
+        raise StepFailed(f"run_validation: {cards!r} is not a list of card indices")
+    # PCI bus order, as nvidia-smi and the host's inventory number the cards (CUDA's own
+    # default is "fastest first"); the same as the tenant's accounts get (assign_cards.sh).
+    return {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": cards,
+        "HIP_VISIBLE_DEVICES": cards,
+    }
+
+
+def is_report(text: str) -> bool:
+    """Whether the benchmark wrote its report (it writes it whole, at the end)."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def backend_for(host: Host) -> Backend:
@@ -108,19 +151,26 @@ class LocalBackend:
         finally:
             Path(handle.name).unlink(missing_ok=True)
 
-    def run_validation(self, host: Host, report_name: str, arguments: list[str]) -> str:
-        """The benchmark, as it runs on a host; here on this machine's CPU (quick sizes)."""
+    def run_validation(
+        self, host: Host, report_name: str, arguments: list[str], *, cards: str
+    ) -> str:
+        """The benchmark, as it runs on a host; here on this machine's CPU (quick sizes),
+        whose stand-in for the cards honours the same variables."""
+        environment = {**os.environ, **visible_devices(cards)}
+        environment.pop(HIDDEN, None)
         out = self.host_root(host) / "reports" / f"{report_name}.json"
         out.parent.mkdir(exist_ok=True)
         if out.exists():  # a retry after the run finished: keep that report
             return str(out)
+        command = [sys.executable, str(BENCHMARK), "--out", str(out), "--quick", *arguments]
         done = subprocess.run(
-            [sys.executable, str(BENCHMARK), "--out", str(out), "--quick", *arguments],
+            [*command, "--cards", cards],
             capture_output=True,
             text=True,
             timeout=BENCHMARK_TIMEOUT,
+            env=environment,
         )
-        if done.returncode != 0:
+        if done.returncode != 0 and not (out.exists() and is_report(out.read_text())):
             out.write_text(json.dumps(crash_report(done.stderr)))
         return str(out)
 

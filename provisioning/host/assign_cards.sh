@@ -7,8 +7,10 @@ root="$1" account="$2" cards="$3"
 for name in .gpulots-env .profile .bashrc; do  # root never writes through a planted link
     if [[ -L "$root/home/$account/$name" ]]; then echo "refused: $name is a link" >&2; exit 4; fi
 done
-printf 'export CUDA_VISIBLE_DEVICES=%s\nexport HIP_VISIBLE_DEVICES=%s\n' "$cards" "$cards" \
-    > "$root/home/$account/.gpulots-env"
+# Host indices in PCI bus order (as nvidia-smi numbers them); a host-wide ROCR list would
+# re-index HIP's, so the account's shell drops it.
+printf 'export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES=%s\nexport HIP_VISIBLE_DEVICES=%s\nunset ROCR_VISIBLE_DEVICES\n' \
+    "$cards" "$cards" > "$root/home/$account/.gpulots-env"
 for profile in .profile .bashrc; do  # every login shell sees its cards (once)
     file="$root/home/$account/$profile"
     grep -qs '^\. ~/.gpulots-env$' "$file" || printf '. ~/.gpulots-env\n' >> "$file"

@@ -5,12 +5,25 @@ Standalone: the Python standard library and PyTorch, nothing else (no Django), s
 copied to a host and run there. On two GPUs it uses NCCL (RCCL on ROCm); on a CPU, two
 processes with gloo stand in for the two cards (tests, development).
 
-    python benchmark.py --out report.json [--hypothesis shorter_step] [--expected-arch sm_90]
-        [--params-billion 0.05] [--precision bf16] [--usage-mode distributed]
-        [--extensions flash_attn,apex] [--smoke "python -c 'import mylib'"] [--quick]
+    python benchmark.py --out report.json --cards 2,3 [--expect-devices 2]
+        [--hypothesis shorter_step] [--expected-arch sm_90] [--params-billion 0.05]
+        [--precision bf16] [--usage-mode distributed] [--extensions flash_attn,apex]
+        [--smoke "python -c 'import mylib'"] [--quick]
+
+It measures the lot's cards and only them. ``--cards`` names them (host device indices);
+whoever starts the benchmark shows it just those cards through the visible-device variable
+(CUDA_VISIBLE_DEVICES; HIP_VISIBLE_DEVICES on ROCm, where CUDA_VISIBLE_DEVICES means the
+same and a ROCR_VISIBLE_DEVICES narrows the list first). Before anything is measured, the
+cards that variable exposes must be ``--cards`` and exactly ``--expect-devices`` devices
+(default: as many as ``--cards`` names) must be visible; on a CPU the stand-in counts the
+variable's entries. Otherwise the report says what was seen, nothing is measured, and the
+exit status is 3 (EXIT_DEVICE_MISMATCH; 2 is a usage error, 1 a crash). In usage mode
+"independent" each card's one-card run is a process of its own that sees that card only.
 
 It writes one versioned JSON report:
 
+* devices: the cards expected and the devices seen (host index, name, memory, UUID, PCI
+  bus id: on ROCm the bus id is what identifies a card), and whether they match;
 * stack: PyTorch, CUDA or HIP version, driver, devices, compute capability / gfx name,
   the build's architecture list and whether the card's architecture is in it, the named
   compiled extensions imported, and a small op run on each card ("no kernel image is
@@ -32,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import socket
 import statistics
@@ -39,6 +53,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +64,11 @@ import torch.nn.functional as F
 
 REPORT_VERSION = 1
 NOT_MEASURED = "not measured: no GPU"
+STAND_IN = "not measured: no GPU (CPU stand-in)"
+EXIT_DEVICE_MISMATCH = 3
+"""The visible devices are not the lot's cards: the report says what was seen; nothing ran."""
+CARD_LIST = re.compile(r"[0-9]+(,[0-9]+)*")
+PCI_PARTS = ("domain", "bus", "device")
 ALL_REDUCE_SIZES = [2**10, 2**14, 2**18, 2**20, 2**22, 2**24]  # bytes
 IMBALANCE_RATIO = 0.5
 """Peak memory of the emptier card below half the fuller one's: an unbalanced split."""
@@ -89,6 +109,118 @@ def peak_memory_gb(device: torch.device) -> tuple[float, str]:
 def reset_peak(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+
+
+# --------------------------------------------------------------------------- the device set
+
+
+def card_list(text: str) -> list[int]:
+    """``--cards``: host device indices, "2,3" (or "3"), each once."""
+    found = [int(card) for card in text.split(",")] if CARD_LIST.fullmatch(text) else []
+    if not found or len(set(found)) != len(found):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of distinct card indices")
+    return found
+
+
+def visible_cards(
+    environ: Mapping[str, str], rocm: bool
+) -> tuple[dict[str, str | None], list[int] | None, str]:
+    """The host cards the runtime exposes, as its visible-device variables say: the
+    variables it reads (None: unset), the cards (None: the variables do not say which), and
+    what is wrong ("" when nothing).
+
+    CUDA, and the CPU stand-in, read CUDA_VISIBLE_DEVICES. HIP reads HIP_VISIBLE_DEVICES (or
+    CUDA_VISIBLE_DEVICES in its place) as positions in the list ROCR_VISIBLE_DEVICES exposes
+    when that one is set: ROCR_VISIBLE_DEVICES=2,3 with HIP_VISIBLE_DEVICES=2,3 is no card.
+    """
+    names = ["HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"]
+    variable = {name: environ.get(name) for name in (names if rocm else names[1:2])}
+    lists: dict[str, list[int]] = {}
+    for name, value in variable.items():
+        if value is not None and not CARD_LIST.fullmatch(value):
+            return variable, None, f"{name} is {value!r}, not a list of card indices."
+        if value is not None:
+            lists[name] = [int(card) for card in value.split(",")]
+    if not lists:
+        unset = ", ".join(variable)
+        return variable, None, f"No visible-device variable is set ({unset}): every card shows."
+    chosen = next((name for name in names[:2] if name in lists), "")
+    base = lists.get("ROCR_VISIBLE_DEVICES")
+    if base is None or not chosen:
+        return variable, lists[chosen or "ROCR_VISIBLE_DEVICES"], ""
+    if max(lists[chosen]) >= len(base):
+        return (
+            variable,
+            None,
+            f"{chosen} picks by position among the {len(base)} cards ROCR_VISIBLE_DEVICES "
+            f"exposes and has no position {max(lists[chosen])} there.",
+        )
+    return variable, [base[position] for position in lists[chosen]], ""
+
+
+def device_identity(index: int, card: int | None) -> dict[str, Any]:
+    """What says which physical card visible device ``index`` is; ``card`` is its host
+    index. Read, not measured: no kernel runs."""
+    if accelerator() != "cuda":
+        return {
+            "index": index,
+            "card": card,
+            **dict.fromkeys(["name", "memory_gb", "uuid", "pci_bus_id"], STAND_IN),
+        }
+    try:
+        properties = torch.cuda.get_device_properties(index)
+    except RuntimeError as exc:  # a device the variable names but the runtime cannot open
+        return {"index": index, "card": card, "error": str(exc)[:300]}
+    unknown = "not measured: this PyTorch build does not report it"
+    uuid = getattr(properties, "uuid", None)
+    domain, bus, slot = (getattr(properties, f"pci_{part}_id", None) for part in PCI_PARTS)
+    return {
+        "index": index,
+        "card": card,
+        "name": properties.name,
+        "memory_gb": round(properties.total_memory / 1e9, 1),
+        "uuid": unknown if uuid is None else str(uuid),
+        "pci_bus_id": unknown
+        if None in (domain, bus, slot)
+        else f"{domain:04x}:{bus:02x}:{slot:02x}.0",
+    }
+
+
+def check_devices(cards: list[int], expected: int) -> dict[str, Any]:
+    """Whether this process sees the lot's ``cards``, ``expected`` devices, and nothing else."""
+    variable, seen, problem = visible_cards(os.environ, rocm=bool(torch.version.hip))
+    gpu = accelerator() == "cuda"
+    visible = torch.cuda.device_count() if gpu else len(seen or [])
+    shown = ", ".join(f"{name}={value}" for name, value in variable.items() if value is not None)
+    if not problem and seen != cards:
+        problem = (
+            f"The visible-device variable ({shown}) shows card(s) {joined(seen or [])}, "
+            f"but this lot's cards are {joined(cards)}."
+        )
+    elif not problem and visible != expected:
+        problem = f"{expected} device(s) expected, {visible} visible ({shown})."
+    if problem:
+        problem += " Nothing was measured."
+    hosts = seen or []
+    return {
+        "ok": not problem,
+        "expected": expected,
+        "cards": cards,
+        "visible": visible,
+        "variable": variable,
+        "problem": problem,
+        "stand_in": ""
+        if gpu
+        else "CPU stand-in, no GPU: one process per entry of CUDA_VISIBLE_DEVICES",
+        "list": [
+            device_identity(index, hosts[index] if index < len(hosts) else None)
+            for index in range(visible)
+        ],
+    }
+
+
+def joined(cards: list[int]) -> str:
+    return ",".join(str(card) for card in cards)
 
 
 # --------------------------------------------------------------------------- stack
@@ -409,8 +541,52 @@ def two_cards(
 
 
 def cards() -> int:
-    """How many cards the two-card part can use: the visible GPUs, or two CPU processes."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 2
+    """How many cards the two-card part can use: the visible GPUs, or on a CPU one process
+    per entry of CUDA_VISIBLE_DEVICES (the stand-in honours the variable as a GPU would)."""
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    value = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return len(value.split(",")) if value else 0
+
+
+def _independent_worker(card: int, config: dict[str, Any], out: Any) -> None:
+    """One of the two independent experiments: this process sees its own card, no other."""
+    if torch.cuda.is_initialized():  # too late: the runtime read the variables already
+        out.put({"card": card, "crash": "CUDA was initialised before narrowing to the card"})
+        return
+    os.environ.update(CUDA_VISIBLE_DEVICES=str(card), HIP_VISIBLE_DEVICES=str(card))
+    os.environ.pop("ROCR_VISIBLE_DEVICES", None)  # HIP would read ours as positions in it
+    try:
+        variable, _seen, _problem = visible_cards(os.environ, rocm=bool(torch.version.hip))
+        if (visible := cards()) != 1:
+            raise RuntimeError(f"the run for card {card} sees {visible} devices, not 1")
+        identity = device_identity(0, card)
+        result = one_card(config)
+        out.put(
+            {"card": card, "variable": variable, "visible": visible, "device": identity, **result}
+        )
+    except Exception:  # reported by the parent, with the traceback
+        out.put({"card": card, "crash": traceback.format_exc()[-2000:]})
+
+
+def independent_runs(config: dict[str, Any], host_cards: list[int]) -> list[dict[str, Any]]:
+    """Each card's one-card run, at the same time, each in a process that sees only its
+    card: as the two accounts of "two independent experiments" will use the lot."""
+    context = mp.get_context("spawn")
+    queue = context.SimpleQueue()
+    processes = [
+        context.Process(target=_independent_worker, args=(card, config, queue))
+        for card in host_cards
+    ]
+    for process in processes:
+        process.start()
+    results = [queue.get() for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+    crashes = [r["crash"] for r in results if "crash" in r]  # "error" is one_card's own
+    if crashes:
+        raise RuntimeError(crashes[0])
+    return sorted(results, key=lambda r: r["card"])
 
 
 def split_test(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | str]:
@@ -487,7 +663,17 @@ def verdict(hypothesis: str, split: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- main
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def header(args: argparse.Namespace, devices: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "version": REPORT_VERSION,
+        "created_at": datetime.now(UTC).isoformat(),
+        "host": socket.gethostname(),
+        "usage_mode": args.usage_mode,
+        "devices": devices,
+    }
+
+
+def run(args: argparse.Namespace, devices: dict[str, Any]) -> dict[str, Any]:
     layers, hidden = model_shape(args.params_billion, args.quick)
     config = {
         "layers": layers,
@@ -502,6 +688,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stack = stack_check(args.expected_arch, [e for e in args.extensions.split(",") if e])
     basics = essentials(device_for(0), args.quick)
     split, all_reduce = split_test(config)
+    if args.usage_mode == "independent":
+        split["independent"] = independent_runs(config, devices["cards"])
     basics["all_reduce"] = all_reduce
     basics["smoke"] = smoke(args.smoke)
     params = sum(p.numel() for p in build_model(layers, hidden, torch.device("cpu")).parameters())
@@ -516,10 +704,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         model={"layers": layers, "hidden": hidden, "params": params},
     )
     return {
-        "version": REPORT_VERSION,
-        "created_at": datetime.now(UTC).isoformat(),
-        "host": socket.gethostname(),
-        "usage_mode": args.usage_mode,
+        **header(args, devices),
         "stack": stack,
         "essentials": basics,
         "split_test": split,
@@ -532,6 +717,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--cards", required=True, type=card_list, help="the lot's host device indices: 2,3"
+    )
+    parser.add_argument(
+        "--expect-devices", type=int, help="devices that must be visible (default: --cards')"
+    )
     parser.add_argument(
         "--hypothesis",
         default="shorter_step",
@@ -550,7 +741,16 @@ def main(argv: list[str] | None = None) -> int:
         "--force-sharded", action="store_true", help="shard even when one card fits"
     )
     args = parser.parse_args(argv)
-    report = run(args)
+    expected = len(args.cards) if args.expect_devices is None else args.expect_devices
+    if expected < 1:
+        parser.error("--expect-devices: at least one device")
+    devices = check_devices(args.cards, expected)
+    if not devices["ok"]:  # the report says what was seen; nothing runs on those cards
+        with open(args.out, "w") as handle:
+            json.dump({**header(args, devices), "error": devices["problem"]}, handle, indent=1)
+        print(devices["problem"], file=sys.stderr)
+        return EXIT_DEVICE_MISMATCH
+    report = run(args, devices)
     with open(args.out, "w") as handle:
         json.dump(report, handle, indent=1)
     print(report["verdict"]["answer"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import subprocess
 import sys
@@ -20,11 +21,15 @@ def run(tmp_path: Path, *args: str) -> dict[str, Any]:
     # No Django on the hosts: the program must run with Django made unimportable.
     code = (
         "import runpy, sys; sys.modules['django'] = None; "
-        f"sys.argv = ['benchmark.py', '--out', {str(out)!r}, '--quick', *{list(args)!r}]; "
-        f"runpy.run_path({str(BENCHMARK)!r}, run_name='__main__')"
+        f"sys.argv = ['benchmark.py', '--out', {str(out)!r}, '--quick', '--cards', '0,1', "
+        f"*{list(args)!r}]; runpy.run_path({str(BENCHMARK)!r}, run_name='__main__')"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"},  # as the backends show it a lot
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report: dict[str, Any] = json.loads(out.read_text())
