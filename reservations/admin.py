@@ -10,16 +10,19 @@ from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.utils.decorators import method_decorator
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.http import require_POST
 
 from provisioning.admin import report_summary
 from provisioning.models import ProvisioningJob
-from reservations import services
-from reservations.errors import InvalidTransition
+from reservations import inventory, services
+from reservations.errors import InvalidTransition, MoveRefused
 from reservations.models import (
     Environment,
     HardwareKind,
@@ -63,6 +66,9 @@ class EnvironmentAdmin(admin.ModelAdmin):
 class LotInline(admin.TabularInline):
     model = Lot
     extra = 0
+    # A lot's status changes on its own page or the Lots list, where the bookings it still
+    # carries are shown; a new lot starts active.
+    readonly_fields = ("status",)
 
 
 @admin.register(Host)
@@ -138,12 +144,172 @@ class HostAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
 
 
+class LotRowForm(forms.ModelForm):
+    """A row of the Lots list: its status dropdown says whose status it is (no visible label)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "status" in self.fields and self.instance.pk:
+            self.fields["status"].widget.attrs["aria-label"] = gettext("Status of %(lot)s") % {
+                "lot": self.instance
+            }
+
+
+class MoveForm(forms.Form):
+    hold = forms.IntegerField()
+    to_lot = forms.IntegerField()
+
+
+def window(order: Order) -> str:
+    return f"{order.starts_at:%Y-%m-%d %H:%M} → {order.ends_at:%Y-%m-%d %H:%M} UTC"
+
+
+def bookings_left(lot: Lot, holds: list[Hold]) -> SafeString:
+    """The warning for a lot taken out of service that still carries bookings."""
+    orders = format_html_join(
+        "; ",
+        '<a href="{}">{}</a> · {} · {}',
+        (
+            (
+                reverse("admin:reservations_order_change", args=[hold.order.pk]),
+                hold.order.reference,
+                window(hold.order),
+                hold.order.get_status_display(),
+            )
+            for hold in holds
+        ),
+    )
+    link = format_html(
+        '<a href="{}">{}</a>',
+        reverse("admin:reservations_lot_bookings", args=[lot.pk]),
+        gettext("Bookings on %(lot)s") % {"lot": lot},
+    )
+    return format_html(
+        gettext(
+            "Lot {lot} is out of service ({status}) but still carries these bookings: {orders}. "
+            "Move each to a free lot of the same kind, or settle it with the researcher: {link}"
+        ),
+        lot=lot,
+        status=lot.get_status_display(),
+        orders=orders,
+        link=link,
+    )
+
+
 @admin.register(Lot)
 class LotAdmin(admin.ModelAdmin):
     list_display = ("__str__", "host", "gpu_a", "gpu_b", "status")
     list_filter = ("status", "host__kind")
     list_editable = ("status",)
     list_select_related = ("host",)
+    actions = ("take_out_of_service",)
+    change_form_template = "admin/reservations/lot/change_form.html"
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:
+        kwargs.setdefault("form", LotRowForm)
+        return super().get_changelist_form(request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: Lot, form: Any, change: bool) -> None:
+        """A changed status goes through the service (from the list or the lot's page); the
+        other fields are saved as usual."""
+        if not change or "status" not in form.changed_data:
+            super().save_model(request, obj, form, change)
+            return
+        others = [name for name in form.changed_data if name != "status"]
+        if others:
+            obj.save(update_fields=others)
+        self._set_status(request, obj, obj.status)
+
+    def _set_status(self, request: HttpRequest, lot: Lot, status: str) -> list[Hold]:
+        actor = services.Actor.of(request.user)  # type: ignore[arg-type]
+        affected = inventory.set_lot_status(lot, status, actor=actor)
+        if affected:
+            self.message_user(request, bookings_left(lot, affected), messages.WARNING)
+        return affected
+
+    @admin.action(
+        description=gettext_lazy("Take out of service (maintenance)"), permissions=["change"]
+    )
+    def take_out_of_service(self, request: HttpRequest, queryset: QuerySet[Lot]) -> None:
+        for lot in queryset.select_related("host"):
+            was = lot.status
+            if not self._set_status(request, lot, Lot.Status.MAINTENANCE):
+                self.message_user(
+                    request,
+                    gettext("Lot %(lot)s is in maintenance; no current or future booking is on it.")
+                    % {"lot": lot},
+                    messages.SUCCESS,
+                )
+            if was != lot.status:
+                self.log_change(request, lot, [{"changed": {"fields": ["status"]}}])
+
+    def get_urls(self) -> list[URLPattern]:
+        bookings = path(
+            "<int:lot_id>/bookings/",
+            self.admin_site.admin_view(self.bookings_view),
+            name="reservations_lot_bookings",
+        )
+        return [bookings, *super().get_urls()]
+
+    def bookings_view(self, request: HttpRequest, lot_id: int) -> HttpResponse:
+        """The lot's current and future bookings, each with a form moving it to a free lot of
+        the same kind (or the sentence that there is none)."""
+        lot = get_object_or_404(Lot.objects.select_related("host__kind"), pk=lot_id)
+        if not self.has_change_permission(request, lot):
+            raise PermissionDenied
+        if request.method == "POST":
+            self._move(request, lot)
+            return redirect("admin:reservations_lot_bookings", lot.pk)
+        rows = [(hold, inventory.free_lots_for(hold)) for hold in inventory.bookings_on(lot)]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Bookings on %(lot)s") % {"lot": lot},
+            "lot": lot,
+            "rows": rows,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/reservations/lot/bookings.html", context)
+
+    def _move(self, request: HttpRequest, lot: Lot) -> None:
+        form = MoveForm(request.POST)
+        hold = to_lot = None
+        if form.is_valid():
+            hold = (
+                Hold.objects.filter(pk=form.cleaned_data["hold"], lot=lot)
+                .select_related("order", "lot__host")
+                .first()
+            )
+            to_lot = Lot.objects.filter(pk=form.cleaned_data["to_lot"]).first()
+        if hold is None or to_lot is None:
+            self.message_user(
+                request,
+                gettext("Nothing moved: choose a booking on %(lot)s and a free lot.")
+                % {"lot": lot},
+                messages.ERROR,
+            )
+            return
+        reason = (
+            f"lot taken out of service ({lot.status})"
+            if lot.status != Lot.Status.ACTIVE
+            else "moved by the operator"
+        )
+        actor = services.Actor.of(request.user)  # type: ignore[arg-type]
+        try:
+            new = inventory.move_booking(hold, to_lot, actor=actor, reason=reason)
+        except MoveRefused as refused:
+            self.message_user(
+                request,
+                gettext("%(order)s not moved. %(why)s")
+                % {"order": hold.order.reference, "why": refused.message},
+                messages.ERROR,
+            )
+            return
+        self.message_user(
+            request,
+            gettext("%(order)s moved from %(old)s to %(new)s; the researcher is mailed.")
+            % {"order": hold.order.reference, "old": lot, "new": new.lot},
+            messages.SUCCESS,
+        )
 
 
 class ReadOnlyInline(admin.TabularInline):

@@ -48,7 +48,12 @@ def _busy_lot_ids(period: DateTimeTZRange) -> QuerySet[Hold, Any]:
 
 def free_lots(kind: HardwareKind | int, starts_at: datetime, window_days: int) -> QuerySet[Lot]:
     """Bookable lots of ``kind`` with no counting hold overlapping the window, by id."""
-    period = blocked_period(starts_at, window_days)
+    return free_lots_in(kind, blocked_period(starts_at, window_days))
+
+
+def free_lots_in(kind: HardwareKind | int, period: DateTimeTZRange) -> QuerySet[Lot]:
+    """Bookable lots of ``kind`` with no counting hold overlapping ``period``, by id: for an
+    existing hold, whose period carries the turnaround frozen when it was made."""
     return bookable_lots(kind).exclude(pk__in=_busy_lot_ids(period)).order_by("pk")
 
 

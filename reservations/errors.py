@@ -8,7 +8,7 @@ translated message (the pages show it next to the field). Services raise
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
@@ -59,6 +59,12 @@ MESSAGES = {
     "nothing_to_refund": _("This invoice has nothing to refund."),
     "invalid_tx_hash": _("A transaction hash is 0x followed by 64 hexadecimal digits."),
     "invalid_transition": _("This order cannot go from %(current)s to %(target)s."),
+    "move_not_counting": _("This booking was already moved or released."),
+    "move_order_ended": _("This order no longer holds lots: there is nothing to move."),
+    "move_same_lot": _("The booking is already on lot %(lot)s."),
+    "move_other_kind": _("Lot %(lot)s is not of this booking's hardware kind, %(kind)s."),
+    "move_lot_not_active": _("Lot %(lot)s is not active (%(status)s): it takes no bookings."),
+    "move_lot_not_free": _("Lot %(lot)s is not free for this booking's whole window any more."),
 }
 
 
@@ -95,3 +101,33 @@ class InvalidTransition(Exception):
         super().__init__(str(MESSAGES[self.code] % {"current": current, "target": target}))
         self.current = current
         self.target = target
+
+
+class MoveRefused(Exception):
+    """A booking cannot move to the lot asked for; ``message`` says why in one plain sentence,
+    shown to the operator as it is.
+
+    ``reservations.signals.booking_moved`` receivers raise it to veto a move (e.g. access
+    already delivered on the old lot); ``move_booking`` lets it propagate, so its transaction
+    rolls back and nothing changes.
+    """
+
+    code = "move_refused"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @classmethod
+    def because(cls, code: str, **params: Any) -> Self:
+        """One of the refusals above, in the active language."""
+        refused = cls(str(MESSAGES[code]) % params if params else str(MESSAGES[code]))
+        refused.code = code
+        return refused
+
+
+class LotNotFree(MoveRefused):
+    """The target lot has a counting hold overlapping the booking's period (the exclusion
+    constraint said so, or would have)."""
+
+    code = "move_lot_not_free"

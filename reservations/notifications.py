@@ -69,7 +69,14 @@ def send_missing_order_mails(*, now: datetime | None = None) -> int:
     return sum(1 for order_id in pending if send_order_placed_once(order_id))
 
 
-ORDER_MAILS = ("order_paid", "order_expired", "order_active", "order_ending", "order_revoked")
+ORDER_MAILS = (
+    "order_paid",
+    "order_expired",
+    "order_active",
+    "order_ending",
+    "order_revoked",
+    "booking_moved",
+)
 """Mails about an order's progress (the placed mail has its own once-only path above)."""
 
 

@@ -56,6 +56,11 @@ def system(task: str) -> Actor:
     return Actor(f"system: {task}")
 
 
+def is_exclusion_violation(exc: IntegrityError) -> bool:
+    """Whether the database refused a hold because it overlaps another on the same lot."""
+    return getattr(exc.__cause__, "sqlstate", None) == _EXCLUSION_VIOLATION
+
+
 def new_secret() -> str:
     return secrets.token_urlsafe(16)  # 128 bits
 
@@ -91,7 +96,7 @@ def place_order(
         except IntegrityError as exc:
             # Another booking took one of our lots between our look and our insert.
             # PostgreSQL made us wait for it, then refused ours: look again, afresh.
-            if getattr(exc.__cause__, "sqlstate", None) != _EXCLUSION_VIOLATION:
+            if not is_exclusion_violation(exc):
                 raise
             continue
         if placed is None:
@@ -296,7 +301,7 @@ def reinstate_paid(order: Order, *, actor: Actor, reason: str) -> None:
                     for lot in lots
                 )
         except IntegrityError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != _EXCLUSION_VIOLATION:
+            if not is_exclusion_violation(exc):
                 raise
             raise LotUnavailable(None) from None
         transition(
