@@ -277,6 +277,14 @@ class ProvisioningLotSerializer(serializers.Serializer):
     error = serializers.CharField(
         allow_null=True, help_text="Which step failed, for a failed lot; null otherwise"
     )
+    access_opens_at = serializers.DateTimeField(
+        help_text="When the SSH keys went in, or are due to: the window's start (an order "
+        "approved after its start opens as soon as the lot is ready; the window is not "
+        "extended)"
+    )
+    access_closes_at = serializers.DateTimeField(
+        help_text="When the access was removed, or is due to be: the window's end"
+    )
     ready_at = serializers.DateTimeField(allow_null=True)
     revoked_at = serializers.DateTimeField(allow_null=True)
     accounts = ProvisioningAccountSerializer(

@@ -32,6 +32,7 @@ from api.models import IdempotentRequest
 from payments import services as payments
 from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
+from provisioning import access
 from provisioning.models import ProvisioningJob
 from provisioning.services import accounts_for
 from reservations import availability, services
@@ -340,7 +341,7 @@ def _jobs(request: Request, order: Order) -> models.QuerySet[ProvisioningJob]:
     """The provisioning jobs of one of this token owner's orders, one per booked lot (none
     before approval)."""
     return ProvisioningJob.objects.filter(order=order, order__user=_user(request)).select_related(
-        "order", "lot__host"
+        "order", "lot__host", "grant"
     )
 
 
@@ -362,6 +363,8 @@ def _lot_access(job: ProvisioningJob) -> dict[str, object]:
             if job.status == ProvisioningJob.Status.FAILED
             else None
         ),
+        "access_opens_at": access.access_opens_at(job),
+        "access_closes_at": access.access_closes_at(job),
         "ready_at": job.ready_at,
         "revoked_at": job.revoked_at,
         "accounts": [

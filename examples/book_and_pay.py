@@ -49,8 +49,9 @@ def call(url: str, token: str, method: str = "GET", body: Any = None, key: str =
 def wait_until_active(
     api: str, token: str, reference: str, timeout: float, every: float = 5
 ) -> list[dict[str, Any]]:
-    """Approval, then per lot: account, keys, environment, cards, the validation benchmark.
-    Prints each change of progress; returns the lots once the order is active."""
+    """Approval, then per lot: account, keys, environment, cards, the validation benchmark
+    (from a few hours before the start), and the keys at the window's start. Prints each
+    change of progress; returns the lots once the order is active."""
     deadline = time.monotonic() + timeout
     shown = ""
     while True:
@@ -60,6 +61,7 @@ def wait_until_active(
             "; ".join(
                 f"{lot['lot']} {lot['status']} {lot['steps_done']}/{lot['steps_total']}"
                 + (f" ({lot['current_step']})" if lot["current_step"] else "")
+                + (f", access opens {lot['access_opens_at']}" if lot["status"] != "ready" else "")
                 + (f": {lot['error']}" if lot["error"] else "")
                 for lot in lots
             )
@@ -96,6 +98,12 @@ def main() -> int:
     parser.add_argument(
         "--timeout", type=int, default=1800, help="seconds to wait for approval and provisioning"
     )
+    parser.add_argument(
+        "--starts-at",
+        default="",
+        help="the window's start, ISO 8601 with a zone (default: in two minutes, so that the "
+        "example sees access open; access opens at the start, not at approval)",
+    )
     args = parser.parse_args()
     token = os.environ.get("GPULOTS_TOKEN", "")
     if not token:
@@ -105,8 +113,10 @@ def main() -> int:
         sys.exit(f"no SSH public key at {key_file}: pass --ssh-key PATH (the .pub file)")
     api = f"{args.url}/api/v1"
 
-    starts_at = (datetime.now(UTC) + timedelta(days=14)).replace(
-        hour=12, minute=0, second=0, microsecond=0
+    starts_at = (
+        datetime.fromisoformat(args.starts_at)
+        if args.starts_at
+        else (datetime.now(UTC) + timedelta(minutes=2)).replace(second=0, microsecond=0)
     )
     query = urllib.parse.urlencode(
         {"kind": "h200", "window_days": 7, "lot_count": 1, "starts_at": starts_at.isoformat()}

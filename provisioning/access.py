@@ -29,7 +29,8 @@ from django.db import IntegrityError, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
 
 from provisioning.models import AccessGrant, ProvisioningJob
-from reservations.models import Hold, Order
+from reservations.errors import MoveRefused
+from reservations.models import Hold, Lot, Order
 from reservations.services import record_note, system
 
 log = logging.getLogger(__name__)
@@ -72,9 +73,16 @@ def open_grant(job: ProvisioningJob, *, now: datetime) -> AccessGrant | None:
         return existing if existing.closed_at is None else None
     try:
         with transaction.atomic():
+            # The job's row lock orders this with a move of its booking (follow_moved_booking):
+            # the grant is on the lot the job has now.
+            lot_id = (
+                ProvisioningJob.objects.select_for_update()
+                .values_list("lot_id", flat=True)
+                .get(pk=job.pk)
+            )
             grant = AccessGrant.objects.create(
                 job=job,
-                lot_id=job.lot_id,
+                lot_id=lot_id,
                 order=order,
                 period=DateTimeTZRange(now, None, "[)"),
                 prepare_from=prepare_from(order),
@@ -82,7 +90,8 @@ def open_grant(job: ProvisioningJob, *, now: datetime) -> AccessGrant | None:
                 window_end=order.ends_at,
                 opened_at=now,
             )
-            record_note(order, actor=ACTOR, reason=f"{job.lot}: the cards are this order's")
+            lot = job.lot if job.lot_id == lot_id else Lot.objects.get(pk=lot_id)
+            record_note(order, actor=ACTOR, reason=f"{lot}: the cards are this order's")
     except IntegrityError:  # the lot is another order's now, or the job got its grant meanwhile
         return AccessGrant.objects.filter(job=job, closed_at__isnull=True).first()
     return grant
@@ -165,3 +174,22 @@ def access_closes_at(job: ProvisioningJob) -> datetime:
     """When the access was removed, or is due to be (the window's end)."""
     grant = job.access_grant
     return grant.closed_at if grant is not None and grant.closed_at else job.order.ends_at
+
+
+def follow_moved_booking(*, order: Order, old_hold: Hold, new_hold: Hold, **_: object) -> None:
+    """``reservations.signals.booking_moved``: a lot's job follows its booking to the new lot
+    while nothing of the order is on the old one yet; once its preparation has begun there
+    (a grant), the move is refused: the operator holds or ends that access first."""
+    job = (
+        ProvisioningJob.objects.select_for_update()  # ordered with open_grant on this job
+        .filter(order=order, lot_id=old_hold.lot_id)
+        .first()
+    )
+    if job is None:
+        return
+    if AccessGrant.objects.filter(job=job).exists():
+        raise MoveRefused(
+            f"{order.reference} is already being prepared on {old_hold.lot} or has access "
+            "there: it cannot be moved to another lot now."
+        )
+    ProvisioningJob.objects.filter(pk=job.pk).update(lot_id=new_hold.lot_id)

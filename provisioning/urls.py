@@ -5,6 +5,7 @@ from provisioning import views
 app_name = "provisioning"
 
 urlpatterns = [
+    path("orders/<str:reference>/<str:secret>/live/", views.live, name="live"),
     path("orders/<str:reference>/<str:secret>/report/<int:job_id>/", views.report, name="report"),
     path(
         "orders/<str:reference>/<str:secret>/report/<int:job_id>/json/",

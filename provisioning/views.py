@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from provisioning.models import ProvisioningJob
+from provisioning.templatetags.provisioning import live_context
 from reservations.models import Order
 from reservations.views import order_by_link
 
@@ -25,6 +26,12 @@ def _job(reference: str, secret: str, job_id: int) -> tuple[Order, ProvisioningJ
     if job is None or job.report is None:
         raise Http404
     return order, job
+
+
+def live(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    """The order page's status and access part alone, for the page to refresh in place."""
+    order = order_by_link(reference, secret)
+    return render(request, "provisioning/_live.html", live_context(order))
 
 
 def bars(values: dict[str, float | None]) -> list[dict[str, Any]]:

@@ -1,10 +1,14 @@
-"""``{% access_panel order %}``: how to connect, and each lot's validation report."""
+"""``{% order_live order %}``: the order's status, when access opens or ends, and for each
+lot how to connect and its validation report. The page refreshes it in place
+(provisioning.views.live) until the order is active."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import template
+from django.utils import timezone
 
 from provisioning.models import ProvisioningJob
 from reservations.models import Order
@@ -12,9 +16,25 @@ from reservations.models import Order
 register = template.Library()
 
 
-@register.inclusion_tag("provisioning/_access.html")
-def access_panel(order: Order) -> dict[str, Any]:
+def live_context(order: Order, now: datetime | None = None) -> dict[str, Any]:
+    now = now or timezone.now()
     jobs = []
     if order.status in (Order.STATUS_APPROVED, Order.STATUS_ACTIVE, Order.STATUS_COMPLETED):
-        jobs = list(ProvisioningJob.objects.filter(order=order).select_related("lot__host"))
-    return {"order": order, "jobs": jobs}
+        jobs = list(
+            ProvisioningJob.objects.filter(order=order).select_related(
+                "order", "lot__host", "grant"
+            )
+        )
+    return {
+        "order": order,
+        "jobs": jobs,
+        "now": now,
+        "started": now >= order.starts_at,
+        "start_iso": order.starts_at.isoformat(),
+        "end_iso": order.ends_at.isoformat(),
+    }
+
+
+@register.inclusion_tag("provisioning/_live.html")
+def order_live(order: Order) -> dict[str, Any]:
+    return live_context(order)

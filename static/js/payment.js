@@ -1,5 +1,6 @@
 // The payment panel: copy buttons, and while a payment is awaited or on its way, a quiet
-// refresh of the panel alone (the page never reloads). Without JavaScript, reloading the
+// refresh of the panel alone (the page never reloads); order.js asks for one more when the
+// order's status changes. Without JavaScript, reloading the
 // page shows the same.
 (function () {
   "use strict";
@@ -12,11 +13,12 @@
       });
     });
   }
-  function refresh() {
+  function refresh(force) {
     var panel = document.getElementById("payment-panel");
     if (!panel) return;
     var state = panel.getAttribute("data-state");
-    if (state === "none" || state.indexOf("settled") === 0 || state.indexOf("expired") === 0) return;
+    var done = state === "none" || state.indexOf("settled") === 0 || state.indexOf("expired") === 0;
+    if (done && force !== true) return;
     if (panel.contains(document.activeElement) && document.activeElement.tagName === "INPUT") return;
     fetch(panel.getAttribute("data-refresh-url"), { headers: { "X-Requested-With": "fetch" } })
       .then(function (response) { return response.ok ? response.text() : null; })
@@ -33,4 +35,6 @@
   var first = document.getElementById("payment-panel");
   if (first) bind(first);
   window.setInterval(refresh, 4000);
+  // The order's status moved on (order.js): the panel's words follow it.
+  window.gpulotsRefreshPanel = function () { refresh(true); };
 })();

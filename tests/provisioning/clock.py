@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from provisioning import access, services
-from provisioning.backends import Backend
+from provisioning.backends import Backend, HostUnreachable, LocalBackend
 from provisioning.models import ProvisioningJob
+from reservations.models import Host
 
 
 def run_at_start(
@@ -18,3 +22,45 @@ def run_at_start(
     now = at or job.order.starts_at
     access.open_grant(job, now=now)
     return services.run_job(job_id, backend, now=now)
+
+
+class WorkerKilled(BaseException):
+    """The worker process died mid-job: nothing after this point ran or was recorded."""
+
+
+@dataclass
+class Clock:
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class SimulatedHost(LocalBackend):
+    """The local backend's host scripts, on a clock: the host can be down for a while, a
+    worker can die before one step, and the benchmark is recorded (when, which cards)."""
+
+    root: Path = Path()
+    clock: Clock = field(default_factory=lambda: Clock(datetime.min))
+    down: tuple[datetime, datetime] | None = None
+    kill_before: set[tuple[str, str]] = field(default_factory=set)
+    benchmarks: list[tuple[datetime, str, str]] = field(default_factory=list)
+
+    def script(self, host: Host, name: str, *args: str) -> None:
+        if self.down and self.down[0] <= self.clock.now < self.down[1]:
+            raise HostUnreachable(f"{host.name}: connection refused")
+        if (name, args[0]) in self.kill_before:
+            self.kill_before.discard((name, args[0]))
+            raise WorkerKilled
+        super().script(host, name, *args)
+
+    def run_validation(
+        self, host: Host, report_name: str, arguments: list[str], *, cards: str
+    ) -> str:
+        self.benchmarks.append((self.clock.now, report_name, cards))
+        out = self.host_root(host) / "reports" / f"{report_name}.json"
+        out.parent.mkdir(exist_ok=True)
+        devices = {"ok": True, "cards": [int(c) for c in cards.split(",")], "problem": ""}
+        out.write_text(json.dumps({"version": 1, "devices": devices, "verdict": {"answer": "-"}}))
+        return str(out)

@@ -18,8 +18,6 @@ keys) and in the database (the grants):
 from __future__ import annotations
 
 import itertools
-import json
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,57 +29,16 @@ from django.db import IntegrityError, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
 
 from provisioning import schedule, services
-from provisioning.backends import HostUnreachable, LocalBackend, StepFailed
+from provisioning.backends import StepFailed
 from provisioning.models import AccessGrant, ProvisioningJob
 from reservations.models import Host, Lot, Order
 from reservations.services import mark_paid, place_order, system
 from tests.conftest import RequestFactory, build_inventory
+from tests.provisioning.clock import Clock, SimulatedHost, WorkerKilled
 from tests.provisioning.test_provisioning import OPERATOR
 
 LEAD = timedelta(hours=6)
 TURNAROUND = timedelta(hours=6)
-
-
-class WorkerKilled(BaseException):
-    """The worker process died mid-job: nothing after this point ran or was recorded."""
-
-
-@dataclass
-class Clock:
-    now: datetime
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@dataclass
-class SimulatedHost(LocalBackend):
-    """The local backend's host scripts, on a clock: the host can be down for a while, a
-    worker can die before one step, and the benchmark is recorded (when, which cards)."""
-
-    root: Path = Path()
-    clock: Clock = field(default_factory=lambda: Clock(datetime.min))
-    down: tuple[datetime, datetime] | None = None
-    kill_before: set[tuple[str, str]] = field(default_factory=set)
-    benchmarks: list[tuple[datetime, str, str]] = field(default_factory=list)
-
-    def script(self, host: Host, name: str, *args: str) -> None:
-        if self.down and self.down[0] <= self.clock.now < self.down[1]:
-            raise HostUnreachable(f"{host.name}: connection refused")
-        if (name, args[0]) in self.kill_before:
-            self.kill_before.discard((name, args[0]))
-            raise WorkerKilled
-        super().script(host, name, *args)
-
-    def run_validation(
-        self, host: Host, report_name: str, arguments: list[str], *, cards: str
-    ) -> str:
-        self.benchmarks.append((self.clock.now, report_name, cards))
-        out = self.host_root(host) / "reports" / f"{report_name}.json"
-        out.parent.mkdir(exist_ok=True)
-        devices = {"ok": True, "cards": [int(c) for c in cards.split(",")], "problem": ""}
-        out.write_text(json.dumps({"version": 1, "devices": devices, "verdict": {"answer": "-"}}))
-        return str(out)
 
 
 def paid(make_request: RequestFactory, starts_at: datetime, **fields: Any) -> Order:

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from provisioning import services
+from provisioning import access, services
 from provisioning.backends import HostKeyRefused, HostUnreachable
 from provisioning.models import ProvisioningJob
 from provisioning.ssh import SshBackend, check_ssh_key, fingerprint
 from provisioning.tasks import MAX_ATTEMPTS, provision_lot
 from reservations.models import Host, Order
 from tests.conftest import RequestFactory
+from tests.provisioning.clock import run_at_start
 from tests.provisioning.test_provisioning import OPERATOR, paid_order
 from tests.sshd import Sshd, keygen, start_sshd
 
@@ -73,7 +74,7 @@ def test_the_ssh_backend_delivers_access_the_report_and_revokes(
 ) -> None:
     job = approved_job_on(sshd, make_request, sshd.host_key)
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.run_job(job.pk, ssh_backend)
+        job = run_at_start(job.pk, ssh_backend)
     assert job.status == ProvisioningJob.Status.READY, job.error
     (account,) = job.accounts
     home = remote / "home" / account
@@ -105,7 +106,7 @@ def test_a_changed_host_key_is_refused_flagged_and_never_retried(
     old_key = keygen(tmp_path / "old_host_key", "before-reinstall")
     job = approved_job_on(sshd, make_request, old_key)
     with pytest.raises(HostKeyRefused) as refused:
-        services.run_job(job.pk, ssh_backend)
+        run_at_start(job.pk, ssh_backend)
     assert fingerprint(old_key) in str(refused.value)
     assert fingerprint(sshd.host_key) in str(refused.value)
     assert not remote.exists()  # nothing ran on the host
@@ -132,7 +133,7 @@ def test_a_changed_host_key_is_refused_flagged_and_never_retried(
     host.refresh_from_db()
     assert key_material(host.ssh_host_key) == key_material(sshd.host_key)
     assert services.retry_job(job, actor=OPERATOR)
-    assert services.run_job(job.pk, ssh_backend).status == ProvisioningJob.Status.READY
+    assert run_at_start(job.pk, ssh_backend).status == ProvisioningJob.Status.READY
 
 
 @pytest.mark.django_db
@@ -141,7 +142,7 @@ def test_a_host_without_a_pinned_key_is_refused(
 ) -> None:
     job = approved_job_on(sshd, make_request, "")
     with pytest.raises(HostKeyRefused, match="no host key is pinned"):
-        services.run_job(job.pk, ssh_backend)
+        run_at_start(job.pk, ssh_backend)
     assert not remote.exists()
     presented = Host.objects.get(pk=job.lot.host_id).ssh_host_key_presented
     assert key_material(presented) == key_material(sshd.host_key)
@@ -155,7 +156,7 @@ def test_a_refused_login_is_an_unreachable_host(
     stranger = SshBackend(client_key=(tmp_path / "stranger").read_text(), remote_root=str(remote))
     job = approved_job_on(sshd, make_request, sshd.host_key)
     with pytest.raises(HostUnreachable, match="PermissionDenied"):
-        services.run_job(job.pk, stranger)
+        run_at_start(job.pk, stranger)
     assert not remote.exists()
 
 
@@ -164,6 +165,7 @@ def test_an_unreachable_host_is_retried_with_backoff_then_failed(
     sshd: Sshd, make_request: RequestFactory, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = approved_job_on(sshd, make_request, sshd.host_key)
+    assert access.open_grant(job, now=job.order.starts_at)  # the lot's turn has come
     with socket.socket() as bound:  # a port of ours, bound but never listening: refused
         bound.bind(("127.0.0.1", 0))
         closed = bound.getsockname()[1]
