@@ -62,24 +62,34 @@ def open_grant(job: ProvisioningJob, *, now: datetime) -> AccessGrant | None:
     """The lot's cards become the job's order's, from ``now``: the job may prepare them.
 
     None (and nothing written) when it is too early, the window is over, or the lot is not
-    free: another order's grant is open (a revocation not confirmed) or its turnaround has
-    not passed. An already open grant of this job is returned as it is.
+    free: another order's booking of it has not ended yet (its window and turnaround), or
+    another order's grant is open (a revocation not confirmed) or was closed too recently
+    (the database's constraint says no). An already open grant of this job is returned.
     """
+    grant, _created = take_lot(job, now=now)
+    return grant
+
+
+def take_lot(job: ProvisioningJob, *, now: datetime) -> tuple[AccessGrant | None, bool]:
+    """``open_grant``, saying whether this call opened the grant (then, and only then, the
+    caller starts the job: two ticks never start it twice)."""
     order = job.order
     if now < prepare_from(order) or now >= order.ends_at:
-        return None
-    existing = AccessGrant.objects.filter(job=job).first()
-    if existing is not None:
-        return existing if existing.closed_at is None else None
+        return None, False
     try:
         with transaction.atomic():
-            # The job's row lock orders this with a move of its booking (follow_moved_booking):
-            # the grant is on the lot the job has now.
+            # The job's row lock orders this with another tick and with a move of its
+            # booking (follow_moved_booking): the grant is on the lot the job has now.
             lot_id = (
                 ProvisioningJob.objects.select_for_update()
                 .values_list("lot_id", flat=True)
                 .get(pk=job.pk)
             )
+            existing = AccessGrant.objects.filter(job=job).first()
+            if existing is not None:
+                return (existing if existing.closed_at is None else None), False
+            if now < order.starts_at and _booked_by_another(job, lot_id, now, order.starts_at):
+                return None, False
             grant = AccessGrant.objects.create(
                 job=job,
                 lot_id=lot_id,
@@ -90,11 +100,27 @@ def open_grant(job: ProvisioningJob, *, now: datetime) -> AccessGrant | None:
                 window_end=order.ends_at,
                 opened_at=now,
             )
+            # A heartbeat with the grant: the job is the tick's to start now, not "stalled".
+            ProvisioningJob.objects.filter(pk=job.pk).update(heartbeat_at=now)
             lot = job.lot if job.lot_id == lot_id else Lot.objects.get(pk=lot_id)
             record_note(order, actor=ACTOR, reason=f"{lot}: the cards are this order's")
-    except IntegrityError:  # the lot is another order's now, or the job got its grant meanwhile
-        return AccessGrant.objects.filter(job=job, closed_at__isnull=True).first()
-    return grant
+    except IntegrityError:  # the lot is another order's now (the exclusion constraint)
+        return None, False
+    return grant, True
+
+
+def _booked_by_another(job: ProvisioningJob, lot_id: int, since: datetime, until: datetime) -> bool:
+    """Another order's booking (its window and turnaround) still covers part of the lot's
+    time before this window starts: the lead must not cut into it."""
+    return (
+        Hold.objects.filter(
+            lot_id=lot_id,
+            status__in=Hold.COUNTING,
+            period__overlap=DateTimeTZRange(since, until, "[)"),
+        )
+        .exclude(order_id=job.order_id)
+        .exists()
+    )
 
 
 def record_keys(job: ProvisioningJob, *, now: datetime) -> bool:
@@ -112,11 +138,13 @@ def record_keys(job: ProvisioningJob, *, now: datetime) -> bool:
 
 def close_grant(job: ProvisioningJob, *, now: datetime) -> bool:
     """The host confirmed that the job's access is gone: the grant closes at ``now`` and
-    the lot is free for the next tenant once the booking's turnaround has passed."""
+    the lot is free for the next tenant once the booking's turnaround has passed too."""
     grant = AccessGrant.objects.filter(job=job, closed_at__isnull=True).first()
     if grant is None:
         return False
-    free_from = max(now, grant.opened_at) + turnaround(job)
+    # Free once the access is gone and the booking's turnaround after its window has passed
+    # (a late revocation delays the next tenant by its lateness, not by a turnaround more).
+    free_from = max(now, grant.opened_at, grant.window_end + turnaround(job))
     with transaction.atomic():
         closed = AccessGrant.objects.filter(pk=grant.pk, closed_at__isnull=True).update(
             closed_at=max(now, grant.opened_at),
@@ -128,40 +156,39 @@ def close_grant(job: ProvisioningJob, *, now: datetime) -> bool:
     return bool(closed)
 
 
-def revocation_failed(order: Order, error: str, *, now: datetime) -> int:
-    """The host could not remove ``order``'s access: its open grants stay open (the next
-    tenant of those lots waits) and the operator is alerted, once per grant."""
-    grants = AccessGrant.objects.filter(order=order, closed_at__isnull=True)
-    grants.update(revoke_error=error[-2000:])
-    alerted = 0
-    for grant in grants.filter(alerted_at__isnull=True).select_related("lot__host"):
-        with transaction.atomic():
-            if not AccessGrant.objects.filter(pk=grant.pk, alerted_at__isnull=True).update(
-                alerted_at=now
-            ):
-                continue
-            waiting = list(
-                ProvisioningJob.objects.filter(
-                    lot_id=grant.lot_id,
-                    status=ProvisioningJob.Status.PENDING,
-                    grant__isnull=True,
-                    order__status=Order.STATUS_APPROVED,
-                ).values_list("order__reference", flat=True)
-            )
-            reason = (
-                f"{grant.lot}: the access could not be removed at the window's end; the lot "
-                f"stays closed to the next tenant until it is ({error[-300:]})"
-            )
-            record_note(order, actor=ACTOR, reason=reason)
-            alerted += 1
-        log.error("revocation failed", extra={"order": order.reference, "lot": grant.lot_id})
-        mail_admins(
-            f"Revocation failed: {order.reference} on {grant.lot}",
-            f"{reason}\n\nWaiting for this lot: {', '.join(waiting) or 'no booking yet'}.\n"
-            "It is retried at every tick; check the host.",
-            fail_silently=True,
+def revocation_failed(job: ProvisioningJob, error: str, *, now: datetime) -> bool:
+    """The host could not remove the job's access: its grant stays open (the next tenant of
+    the lot waits) and the operator is alerted, once per grant."""
+    grant = AccessGrant.objects.filter(job=job, closed_at__isnull=True).first()
+    if grant is None:
+        return False
+    AccessGrant.objects.filter(pk=grant.pk).update(revoke_error=error[-2000:])
+    with transaction.atomic():
+        if not AccessGrant.objects.filter(pk=grant.pk, alerted_at__isnull=True).update(
+            alerted_at=now
+        ):
+            return False
+        reason = (
+            f"{job.lot}: the access could not be removed at the window's end; the lot "
+            f"stays closed to the next tenant until it is ({error[-300:]})"
         )
-    return alerted
+        record_note(job.order, actor=ACTOR, reason=reason)
+    waiting = list(
+        ProvisioningJob.objects.filter(
+            lot_id=job.lot_id,
+            status=ProvisioningJob.Status.PENDING,
+            grant__isnull=True,
+            order__status=Order.STATUS_APPROVED,
+        ).values_list("order__reference", flat=True)
+    )
+    log.error("revocation failed", extra={"order": job.order.reference, "lot": job.lot_id})
+    mail_admins(
+        f"Revocation failed: {job.order.reference} on {job.lot}",
+        f"{reason}\n\nWaiting for this lot: {', '.join(waiting) or 'no booking yet'}.\n"
+        "It is retried at every tick; check the host.",
+        fail_silently=True,
+    )
+    return True
 
 
 def access_opens_at(job: ProvisioningJob) -> datetime:

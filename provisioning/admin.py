@@ -14,6 +14,7 @@ from django.utils.html import format_html, format_html_join
 
 from provisioning import services
 from provisioning.models import AccessGrant, ProvisioningJob
+from reservations.records import RecordAdmin
 from reservations.services import Actor
 
 
@@ -158,7 +159,7 @@ class GrantState(admin.SimpleListFilter):
 
 
 @admin.register(AccessGrant)
-class AccessGrantAdmin(admin.ModelAdmin):
+class AccessGrantAdmin(RecordAdmin):
     """Who had which lot's cards, when: kept by the services, never edited by hand."""
 
     list_display = (
@@ -174,12 +175,3 @@ class AccessGrantAdmin(admin.ModelAdmin):
     search_fields = ("order__reference", "lot__host__name")
     list_select_related = ("order", "lot__host")
     date_hierarchy = "opened_at"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -46,6 +46,9 @@ class ProvisioningJob(models.Model):
         help_text=_("The operator holds access: the lot is prepared but not delivered"),
     )
     attempts = models.PositiveIntegerField(default=0)
+    run_token = models.CharField(
+        max_length=32, blank=True, editable=False, help_text=_("The run that holds the job")
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text=_("Last step recorded"))
     ready_at = models.DateTimeField(null=True, blank=True)

@@ -25,15 +25,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
 from provisioning import access, services
 from provisioning.backends import Backend
 from provisioning.models import AccessGrant, ProvisioningJob
-from reservations.models import Order
+from reservations.models import Lot, Order
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +76,25 @@ def tick(
 
 
 def _scheduled(order_id: int | None) -> models.QuerySet[ProvisioningJob]:
-    jobs = ProvisioningJob.objects.filter(order__status=Order.STATUS_APPROVED)
+    """Jobs of approved orders on lots in service (a lot in maintenance or retired is not
+    prepared nor opened: the operator moves its bookings, see reservations.inventory)."""
+    jobs = ProvisioningJob.objects.filter(
+        order__status=Order.STATUS_APPROVED, lot__status=Lot.Status.ACTIVE
+    )
     return jobs.filter(order_id=order_id) if order_id is not None else jobs
 
 
 def prepare_due(*, now: datetime, start: Start, order_id: int | None = None) -> int:
     """Jobs whose preparation is due and whose lot is free get their grant and start."""
-    lead = access.prepare_from  # the window's start less the lead, per order
+    lead: timedelta = settings.PROVISIONING_PREPARE_LEAD
     candidates = (
         _scheduled(order_id)
-        .filter(status=ProvisioningJob.Status.PENDING, grant__isnull=True, order__ends_at__gt=now)
+        .filter(
+            status=ProvisioningJob.Status.PENDING,
+            grant__isnull=True,
+            order__starts_at__lte=now + lead,
+            order__ends_at__gt=now,
+        )
         .select_related("order", "lot")
         .order_by("order__starts_at", "pk")
     )
@@ -95,10 +105,11 @@ def prepare_due(*, now: datetime, start: Start, order_id: int | None = None) -> 
     )
     started = 0
     for job in candidates:
-        if now < lead(job.order) or job.lot_id in busy:
+        if job.lot_id in busy:
             continue
-        if access.open_grant(job, now=now) is None:
-            continue  # taken meanwhile: the constraint said no
+        _grant, opened = access.take_lot(job, now=now)
+        if not opened:
+            continue  # not free yet, or another tick took it: that one starts the job
         busy.add(job.lot_id)
         start(job.pk)
         started += 1
@@ -108,11 +119,17 @@ def prepare_due(*, now: datetime, start: Start, order_id: int | None = None) -> 
 def resume_stalled(*, now: datetime, start: Start, order_id: int | None = None) -> int:
     """Jobs under an open grant that no worker runs (a lost message, a killed worker) are
     started again; they continue after their last recorded step."""
-    stalled = list(_scheduled(order_id).filter(services.stalled(now)).values_list("pk", flat=True))
-    for job_id in stalled:
-        ProvisioningJob.objects.filter(pk=job_id).update(heartbeat_at=now)
-        start(job_id)
-    return len(stalled)
+    resumed = 0
+    for job_id in _scheduled(order_id).filter(services.stalled(now)).values_list("pk", flat=True):
+        # One tick takes it (a conditional update); a run still going loses its claim.
+        if (
+            ProvisioningJob.objects.filter(pk=job_id)
+            .filter(services.stalled(now))
+            .update(status=ProvisioningJob.Status.PENDING, heartbeat_at=now, run_token="")
+        ):
+            start(job_id)
+            resumed += 1
+    return resumed
 
 
 def open_due(*, now: datetime, start: Start, order_id: int | None = None) -> int:

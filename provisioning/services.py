@@ -7,6 +7,7 @@ retry after a crash continues with the next step. The host-side steps are idempo
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -90,22 +91,52 @@ def run_job(
     """Run the job's remaining steps; each recorded as done before the next starts.
 
     Only under the job's open access grant (provisioning.access): without one it is not
-    this order's turn on the lot yet, and nothing runs. Prepared before the window's start,
-    the job waits as PREPARED, with no keys on the host, until the tick opens it. ``now``
-    is the clock (the current time unless a test simulates one).
+    this order's turn on the lot yet, and nothing runs. Only one run at a time: the run
+    claims the job (pending → running, with a token of its own, a conditional update) and
+    records each step only while it still holds that claim and the grant is still open, so a
+    duplicate message, a second worker or a revocation meanwhile stops it. Prepared before
+    the window's start, the job waits as PREPARED, with no keys on the host, until the tick
+    opens it. ``now`` is the clock (the current time unless a test simulates one).
 
-    A host presenting a key other than the pinned one is flagged on the host (the key it
-    presented, for the operator to check) and HostKeyRefused propagates.
+    A step that fails gives the claim back (pending again, for the task's retry or the
+    tick); a host presenting a key other than the pinned one is flagged on the host (the key
+    it presented, for the operator to check) and HostKeyRefused propagates.
     """
+    clock: Callable[[], datetime] = lambda: now or timezone.now()  # noqa: E731
     job = ProvisioningJob.objects.select_related("order__environment", "lot__host").get(pk=job_id)
     if job.status in ProvisioningJob.DELIVERED or job.open_grant is None:
         return job
+    token = uuid.uuid4().hex
+    if (
+        not _under_grant(job.pk)
+        .filter(status=ProvisioningJob.Status.PENDING)
+        .update(
+            status=ProvisioningJob.Status.RUNNING,
+            run_token=token,
+            attempts=models.F("attempts") + 1,
+            heartbeat_at=clock(),
+        )
+    ):
+        job.refresh_from_db()
+        return job  # another run has it, or there is nothing to run
+    job.refresh_from_db()
     backend = backend or backend_for(job.lot.host)
     try:
-        return _run_steps(job, backend, lambda: now or timezone.now())
-    except HostKeyRefused as exc:
-        flag_host_key(job.lot.host, exc)
+        return _run_steps(job, backend, clock, token)
+    except Exception as exc:
+        ProvisioningJob.objects.filter(
+            pk=job.pk, status=ProvisioningJob.Status.RUNNING, run_token=token
+        ).update(status=ProvisioningJob.Status.PENDING)
+        if isinstance(exc, HostKeyRefused):
+            flag_host_key(job.lot.host, exc)
         raise
+
+
+def _under_grant(job_id: int) -> models.QuerySet[ProvisioningJob]:
+    """The job, if its access grant is open."""
+    return ProvisioningJob.objects.filter(
+        pk=job_id, grant__isnull=False, grant__closed_at__isnull=True
+    )
 
 
 def lot_cards(job: ProvisioningJob) -> str:
@@ -114,16 +145,11 @@ def lot_cards(job: ProvisioningJob) -> str:
 
 
 def _run_steps(
-    job: ProvisioningJob, backend: Backend, clock: Callable[[], datetime]
+    job: ProvisioningJob, backend: Backend, clock: Callable[[], datetime], token: str
 ) -> ProvisioningJob:
-    ProvisioningJob.objects.filter(pk=job.pk).update(
-        status=ProvisioningJob.Status.RUNNING,
-        attempts=models.F("attempts") + 1,
-        heartbeat_at=clock(),
-    )
     host = job.lot.host
     accounts = accounts_for(job)
-    keys = "\n".join(job.order.ssh_keys.values_list("public_key", flat=True)) + "\n"
+    keys = keys_of(job)
 
     def authorize(text: str) -> None:
         """Each account's authorized keys become ``text`` (empty: nobody logs in)."""
@@ -142,8 +168,8 @@ def _run_steps(
                 raise StepFailed(
                     f"install_keys: the order's SSH keys are unusable ({exc.code})"
                 ) from None
-            # Checked here; they go in at delivery. Until then the file is empty: nobody logs
-            # in while the benchmark measures the cards, nor into a lot the operator holds.
+            # Checked here; they go in at the window's start. Until then the file is empty:
+            # nobody logs in while the benchmark measures the cards, nor into a held lot.
             authorize("")
         elif step == "prepare_environment":
             for account, _cards in accounts:
@@ -165,44 +191,76 @@ def _run_steps(
                 ):
                     ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
         elif step == "mark_ready":
-            now = clock()
-            job.refresh_from_db(fields=["access_held"])
-            if not job.access_held and now < job.order.starts_at:
-                # Prepared ahead of the window: the keys go in at its start (schedule.tick).
-                ProvisioningJob.objects.filter(
-                    pk=job.pk, status=ProvisioningJob.Status.RUNNING
-                ).update(status=ProvisioningJob.Status.PREPARED, heartbeat_at=now)
-                job.refresh_from_db()
-                return job
-            if now >= job.order.ends_at:  # the window is over: nothing opens any more
-                return job
-            if not job.access_held:
-                authorize(keys)
-            # Delivered only if the operator did not hold it meanwhile (a conditional update).
-            with transaction.atomic():
-                delivered = not job.access_held and bool(
-                    ProvisioningJob.objects.filter(
-                        pk=job.pk, status=ProvisioningJob.Status.RUNNING, access_held=False
-                    ).update(
-                        status=ProvisioningJob.Status.READY,
-                        ready_at=now,
-                        error="",
-                        accounts=[a for a, _c in accounts],
-                    )
-                )
-                if delivered:
-                    access.record_keys(job, now=now)
-            if not delivered:
-                authorize("")  # prepared, but nobody may log in
-                _hold(job)
-                return job
-        # Recorded only if nobody else recorded it meanwhile: steps are never counted twice.
-        ProvisioningJob.objects.filter(pk=job.pk, steps_done=job.steps_done).update(
-            steps_done=job.steps_done + 1, heartbeat_at=clock()
-        )
+            return _open_access(job, clock(), authorize, token, accounts)
+        # Recorded only by the run that holds the job, under its open grant, and only once:
+        # a run that lost either stops here.
+        if (
+            not _under_grant(job.pk)
+            .filter(
+                status=ProvisioningJob.Status.RUNNING, run_token=token, steps_done=job.steps_done
+            )
+            .update(steps_done=job.steps_done + 1, heartbeat_at=clock())
+        ):
+            job.refresh_from_db()
+            return job
         job.refresh_from_db()
+    return job
+
+
+def _open_access(
+    job: ProvisioningJob,
+    now: datetime,
+    authorize: Callable[[str], None],
+    token: str,
+    accounts: list[tuple[str, str]],
+) -> ProvisioningJob:
+    """The last step: the keys go in at the window's start (not before, not after its end),
+    unless the operator holds the lot."""
+    mine = ProvisioningJob.objects.filter(
+        pk=job.pk, status=ProvisioningJob.Status.RUNNING, run_token=token
+    )
+    job.refresh_from_db(fields=["access_held"])
+    if not job.access_held and now < job.order.starts_at:
+        # Prepared ahead of the window: the keys go in at its start (schedule.open_due).
+        mine.update(status=ProvisioningJob.Status.PREPARED, heartbeat_at=now)
+        job.refresh_from_db()
+        return job
+    if now >= job.order.ends_at:  # the window is over: nothing opens any more
+        mine.update(status=ProvisioningJob.Status.PENDING)
+        job.refresh_from_db()
+        return job
+    if not job.access_held:
+        authorize(keys_of(job))
+    # Delivered only by this run, under the open grant, if the operator did not hold it
+    # meanwhile (a conditional update).
+    with transaction.atomic():
+        delivered = not job.access_held and bool(
+            _under_grant(job.pk)
+            .filter(status=ProvisioningJob.Status.RUNNING, run_token=token, access_held=False)
+            .update(
+                status=ProvisioningJob.Status.READY,
+                steps_done=len(ProvisioningJob.STEPS),
+                ready_at=now,
+                error="",
+                accounts=[a for a, _c in accounts],
+            )
+        )
+        if delivered:
+            access.record_keys(job, now=now)
+    if not delivered:
+        if mine.exists():  # still this run's: held, so nobody may log in
+            authorize("")
+            _hold(job, mine)
+        job.refresh_from_db()
+        return job
+    job.refresh_from_db()
     activate_if_ready(job.order_id)
     return job
+
+
+def keys_of(job: ProvisioningJob) -> str:
+    """The order's public keys, one OpenSSH line each, as an authorized_keys file."""
+    return "\n".join(job.order.ssh_keys.values_list("public_key", flat=True)) + "\n"
 
 
 def _devices_wrong(report: dict[str, Any]) -> bool:
@@ -211,7 +269,7 @@ def _devices_wrong(report: dict[str, Any]) -> bool:
     return isinstance(devices, dict) and devices.get("ok") is False
 
 
-def _hold(job: ProvisioningJob) -> None:
+def _hold(job: ProvisioningJob, mine: models.QuerySet[ProvisioningJob]) -> None:
     """Stop before delivery: the lot is held (by the operator, or because its benchmark
     crashed and PROVISIONING_HOLD_ON_CRASH says so) until the operator releases it."""
     report = job.report if isinstance(job.report, dict) else {}
@@ -223,9 +281,7 @@ def _hold(job: ProvisioningJob) -> None:
     else:
         reason = "access held by the operator"
     with transaction.atomic():
-        if ProvisioningJob.objects.filter(pk=job.pk, status=ProvisioningJob.Status.RUNNING).update(
-            status=ProvisioningJob.Status.HELD, error=reason
-        ):
+        if mine.update(status=ProvisioningJob.Status.HELD, error=reason):
             record_note(job.order, actor=system("provisioning"), reason=f"{job.lot}: {reason}")
     job.refresh_from_db()
 
@@ -251,7 +307,11 @@ def stalled(now: datetime) -> models.Q:
     return (
         models.Q(status__in=(ProvisioningJob.Status.PENDING, ProvisioningJob.Status.RUNNING))
         & models.Q(grant__isnull=False, grant__closed_at__isnull=True)
-        & (models.Q(heartbeat_at__lt=quiet) | models.Q(heartbeat_at__isnull=True) | opening)
+        & (
+            models.Q(heartbeat_at__lt=quiet)
+            | models.Q(heartbeat_at__isnull=True, grant__opened_at__lt=quiet)
+            | opening
+        )
     )
 
 
@@ -276,7 +336,7 @@ def release_access(job: ProvisioningJob, *, actor: Actor) -> bool:
     live = ProvisioningJob.objects.filter(pk=job.pk, access_held=True, order__ends_at__gt=now)
     with transaction.atomic():
         resumed = live.filter(status=ProvisioningJob.Status.HELD).update(
-            access_held=False, status=ProvisioningJob.Status.PENDING, error=""
+            access_held=False, status=ProvisioningJob.Status.PENDING, error="", heartbeat_at=now
         )
         released = resumed or (
             live.exclude(
@@ -333,7 +393,7 @@ def retry_job(job: ProvisioningJob, *, actor: Actor) -> bool:
         queued = (
             ProvisioningJob.objects.filter(pk=job.pk, order__ends_at__gt=now)
             .filter(models.Q(status=ProvisioningJob.Status.FAILED) | stalled(now))
-            .update(status=ProvisioningJob.Status.PENDING, error="")
+            .update(status=ProvisioningJob.Status.PENDING, error="", heartbeat_at=now)
         )
         if queued:
             record_note(job.order, actor=actor, reason=f"provisioning retried on {job.lot}")
@@ -390,19 +450,23 @@ def activate_if_ready(order_id: int) -> bool:
 def revoke_due(*, now: datetime | None = None, backend: Backend | None = None) -> int:
     """Orders whose window has ended: access removed on every lot, order completed. Catches
     up with anything overdue (the worker was down at the time), and includes orders still
-    approved (a lot failed or held): their delivered lots are revoked too. A host that cannot
-    be reached leaves its order for the next run and does not hold up the others."""
+    approved (a lot failed or held): their prepared lots are revoked too.
+
+    Each lot on its own: a host that cannot be reached keeps only its lots' grants open
+    (those lots stay closed to their next tenants, the operator is told once per lot) and is
+    not tried again in this run; the order completes once every lot's access is removed."""
     now = now or timezone.now()
     done = 0
+    down: dict[int, str] = {}  # host id → why, for this run
     ended = Order.objects.filter(
         status__in=(Order.STATUS_ACTIVE, Order.STATUS_APPROVED), ends_at__lte=now
     ).order_by("ends_at")
     for order in ended:
-        try:
-            _revoke_lots(order, now, backend)
-        except StepFailed as exc:
-            log.warning("revocation postponed", extra={"order": order.reference, "error": str(exc)})
-            access.revocation_failed(order, str(exc), now=now)
+        failures = _revoke_lots(order, now, backend, down)
+        for job, error in failures:
+            log.warning("revocation postponed", extra={"order": order.reference, "error": error})
+            access.revocation_failed(job, error, now=now)
+        if failures:
             continue
         delivered = order.status == Order.STATUS_ACTIVE
         with transaction.atomic():
@@ -420,26 +484,36 @@ def revoke_due(*, now: datetime | None = None, backend: Backend | None = None) -
     return done
 
 
-def _revoke_lots(order: Order, now: datetime, backend: Backend | None) -> None:
+def _revoke_lots(
+    order: Order, now: datetime, backend: Backend | None, down: dict[int, str]
+) -> list[tuple[ProvisioningJob, str]]:
+    failures = []
     for job in (
         ProvisioningJob.objects.filter(order=order)
         .exclude(status=ProvisioningJob.Status.REVOKED)
         .select_related("order", "lot__host", "grant")
     ):
-        if job.access_grant is None and not job.accounts:
+        if job.access_grant is None and job.steps_done == 0 and not job.accounts:
             continue  # its turn on the lot never came: nothing of it is on the host
         host = job.lot.host
+        if host.pk in down:
+            failures.append((job, down[host.pk]))
+            continue
         try:
             for account in job.accounts or [a for a, _c in accounts_for(job)]:
                 (backend or backend_for(host)).script(host, "revoke", account)
-        except HostKeyRefused as exc:
-            flag_host_key(host, exc)
-            raise
+        except StepFailed as exc:
+            if isinstance(exc, HostKeyRefused):
+                flag_host_key(host, exc)
+            down[host.pk] = str(exc)
+            failures.append((job, str(exc)))
+            continue
         with transaction.atomic():  # confirmed on the host: the lot is free after turnaround
             ProvisioningJob.objects.filter(pk=job.pk).update(
                 status=ProvisioningJob.Status.REVOKED, revoked_at=now
             )
             access.close_grant(job, now=now)
+    return failures
 
 
 def remind_before_end(*, now: datetime | None = None) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from celery import shared_task
 from celery.app.task import Task
 from django.core.cache import cache
@@ -29,7 +31,8 @@ def provision_lot(self: Task, job_id: int) -> str:
         raise self.retry(exc=exc, countdown=min(300, 5 * 2**self.request.retries)) from exc
 
 
-TICK_LOCK_SECONDS = 600
+TICK_LOCK = "provisioning:tick"
+TICK_LOCK_SECONDS = 300
 """A tick still running this long has lost its worker; the next one may start."""
 
 
@@ -37,9 +40,11 @@ TICK_LOCK_SECONDS = 600
 def access_tick() -> dict[str, int]:
     """Beat: open, close, resume and remind whatever is due (provisioning.schedule). A tick
     still running elsewhere is not doubled (its lock expires if that worker died)."""
-    if not cache.add("provisioning:tick", "1", timeout=TICK_LOCK_SECONDS):
+    token = uuid.uuid4().hex
+    if not cache.add(TICK_LOCK, token, timeout=TICK_LOCK_SECONDS):
         return {}
     try:
         return schedule.tick().as_dict()
     finally:
-        cache.delete("provisioning:tick")
+        if cache.get(TICK_LOCK) == token:  # not a later tick's, once this one's expired
+            cache.delete(TICK_LOCK)

@@ -34,6 +34,7 @@ from reservations.models import (
     OrderSshKey,
     Price,
 )
+from reservations.records import RecordAdmin
 
 
 class PriceInline(admin.TabularInline):
@@ -542,17 +543,8 @@ class OrderAdmin(admin.ModelAdmin):
 
 
 @admin.register(OrderEvent)
-class OrderEventAdmin(admin.ModelAdmin):
+class OrderEventAdmin(RecordAdmin):
     list_display = ("created_at", "order", "actor_label", "from_status", "to_status", "reason")
     list_filter = ("to_status",)
     search_fields = ("order__reference", "actor_label", "reason")
     list_select_related = ("order",)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

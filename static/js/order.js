@@ -23,23 +23,12 @@
   function refresh() {
     var live = document.getElementById("order-live");
     if (!live || SETTLED.indexOf(live.getAttribute("data-state")) !== -1) return;
-    fetch(live.getAttribute("data-refresh-url"), { headers: { "X-Requested-With": "fetch" } })
-      .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) {
-        if (html === null) return;
-        var holder = document.createElement("div");
-        holder.innerHTML = html;
-        var fresh = holder.firstElementChild;
-        if (!fresh) return;
-        var state = live.getAttribute("data-state");
-        live.replaceWith(fresh);
-        localTimes(fresh);
-        // A change the payment panel does not show (paid, approved): bring it up to date.
-        if (fresh.getAttribute("data-state") !== state && window.gpulotsRefreshPanel) {
-          window.gpulotsRefreshPanel();
-        }
-      })
-      .catch(function () {});
+    window.gpulotsRefresh(live, function (fresh, old) {
+      localTimes(fresh);
+      // A change the payment panel does not show (paid, approved): bring it up to date.
+      var changed = fresh.getAttribute("data-state") !== old.getAttribute("data-state");
+      if (changed && window.gpulotsRefreshPanel) window.gpulotsRefreshPanel();
+    });
   }
   var first = document.getElementById("order-live");
   if (first) localTimes(first);

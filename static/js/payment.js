@@ -20,17 +20,7 @@
     var done = state === "none" || state.indexOf("settled") === 0 || state.indexOf("expired") === 0;
     if (done && force !== true) return;
     if (panel.contains(document.activeElement) && document.activeElement.tagName === "INPUT") return;
-    fetch(panel.getAttribute("data-refresh-url"), { headers: { "X-Requested-With": "fetch" } })
-      .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) {
-        if (html === null) return;
-        var holder = document.createElement("div");
-        holder.innerHTML = html;
-        var fresh = holder.firstElementChild;
-        panel.replaceWith(fresh);
-        bind(fresh);
-      })
-      .catch(function () {});
+    window.gpulotsRefresh(panel, bind);
   }
   var first = document.getElementById("payment-panel");
   if (first) bind(first);

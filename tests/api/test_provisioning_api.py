@@ -265,7 +265,10 @@ def test_the_example_follows_provisioning_and_saves_the_report(
     until("order active")
     lot = str(job.lot)
     assert printed[0] == "order paid: waiting for approval"
-    assert printed[1] == f"order approved: {lot} pending 0/7 (prepare_access)"
+    opens = order.starts_at.isoformat().replace("+00:00", "Z")
+    assert printed[1] == (
+        f"order approved: {lot} pending 0/7 (prepare_access), access opens {opens}"
+    )
     assert printed[-1] == f"order active: {lot} ready 7/7"
     (ready,) = found[0]
     assert [a["ssh"] for a in ready["accounts"]] == [f"ssh -p 22 {job.accounts[0]}@127.0.0.1"]

@@ -44,16 +44,23 @@ class SimulatedHost(LocalBackend):
     root: Path = Path()
     clock: Clock = field(default_factory=lambda: Clock(datetime.min))
     down: tuple[datetime, datetime] | None = None
+    down_hosts: set[str] = field(default_factory=set)
+    """Hosts that refuse every connection, whatever the time."""
     kill_before: set[tuple[str, str]] = field(default_factory=set)
     benchmarks: list[tuple[datetime, str, str]] = field(default_factory=list)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    """(script, account) of every script that ran on the host."""
 
     def script(self, host: Host, name: str, *args: str) -> None:
-        if self.down and self.down[0] <= self.clock.now < self.down[1]:
+        if (self.down and self.down[0] <= self.clock.now < self.down[1]) or (
+            host.name in self.down_hosts
+        ):
             raise HostUnreachable(f"{host.name}: connection refused")
         if (name, args[0]) in self.kill_before:
             self.kill_before.discard((name, args[0]))
             raise WorkerKilled
         super().script(host, name, *args)
+        self.calls.append((name, args[0]))
 
     def run_validation(
         self, host: Host, report_name: str, arguments: list[str], *, cards: str

@@ -39,6 +39,7 @@ from tests.provisioning.test_provisioning import OPERATOR
 
 LEAD = timedelta(hours=6)
 TURNAROUND = timedelta(hours=6)
+OUTAGE = timedelta(hours=8)
 
 
 def paid(make_request: RequestFactory, starts_at: datetime, **fields: Any) -> Order:
@@ -109,21 +110,32 @@ def test_access_follows_the_booking_at_every_tick_of_the_clock(
 
     clock = Clock(t0 - timedelta(days=2))
     hosts = SimulatedHost(root=tmp_path / "hosts", clock=clock)
-    # The host is down from the first windows' end for three hours: their access cannot be
-    # removed, and c and d must wait for it.
-    hosts.down = (a.ends_at, a.ends_at + timedelta(hours=3))
+    # The host is down from the first windows' end for eight hours, longer than the
+    # turnaround: their access cannot be removed, and c and d must wait for it.
+    hosts.down = (a.ends_at, a.ends_at + OUTAGE)
     # The worker preparing d dies just before the environment step.
     (d_job,) = ProvisioningJob.objects.filter(order=d)
     (d_account, _cards) = services.accounts_for(d_job)[0]
     hosts.kill_before.add(("prepare_environment", d_account))
 
-    def start(job_id: int) -> None:
-        try:
-            services.run_job(job_id, hosts, now=clock.now)
-        except WorkerKilled:
-            pass  # the job keeps its last recorded step; the tick resumes it later
-        except StepFailed:
-            pass  # the task would retry; the tick resumes it once it looks stalled
+    messages: list[int] = []
+    started: dict[int, int] = {}
+
+    def start(job_id: int) -> None:  # a message to the broker
+        messages.append(job_id)
+        started[job_id] = started.get(job_id, 0) + 1
+
+    def deliver() -> None:
+        """Every message is delivered twice (a broker delivers at least once)."""
+        while messages:
+            job_id = messages.pop(0)
+            for _copy in range(2):
+                try:
+                    services.run_job(job_id, hosts, now=clock.now)
+                except WorkerKilled:
+                    pass  # the job keeps its last recorded step; the tick resumes it later
+                except StepFailed:
+                    pass  # the task would retry; the tick resumes it once it looks stalled
 
     instants = {
         instant
@@ -145,12 +157,14 @@ def test_access_follows_the_booking_at_every_tick_of_the_clock(
         if now == late.starts_at + timedelta(hours=2):
             services.approve_order(late, actor=OPERATOR)  # approval after the start
             schedule.tick(now=now, start=start, backend=hosts, order_id=late.pk)
+            deliver()
         schedule.tick(now=now, start=start, backend=hosts)
+        deliver()
         check_invariant(hosts, now, seen)
         for order in Order.objects.filter(status=Order.STATUS_ACTIVE):
             active_at.setdefault(order.reference, now)
         for order in Order.objects.filter(status=Order.STATUS_ACTIVE):
-            assert order.starts_at <= now < order.ends_at + timedelta(hours=3)
+            assert order.starts_at <= now < order.ends_at + OUTAGE
 
     # Everything ran its course.
     for order in (a, b, c, d, late, far):
@@ -185,12 +199,25 @@ def test_access_follows_the_booking_at_every_tick_of_the_clock(
         grant = AccessGrant.objects.get(order=order)
         previous = AccessGrant.objects.get(lot=grant.lot, order__in=(a, b))
         assert previous.closed_at is not None
-        assert grant.opened_at >= previous.closed_at + TURNAROUND
+        assert grant.opened_at >= previous.closed_at  # not before the host confirmed it
+        assert grant.opened_at >= previous.window_end + TURNAROUND
         assert grant.keys_at is not None
         assert grant.keys_at > order.starts_at
     # The killed worker's job was resumed and finished, with its steps done once.
     d_job.refresh_from_db()
     assert d_job.attempts >= 2
+    for step in ("prepare_access", "prepare_environment", "assign_cards"):
+        assert hosts.calls.count((step, d_account)) == 1, step
+    # Each job was started once to prepare and once to open (once in all when its turn came
+    # after its start; more for the killed one: resumed); every duplicate delivery found the
+    # job taken and did nothing.
+    for job in ProvisioningJob.objects.exclude(pk=d_job.pk).select_related("order", "grant"):
+        runs = 1 if job.grant.opened_at >= job.order.starts_at else 2
+        assert started[job.pk] == runs, (job, started[job.pk])
+        assert job.attempts == runs, job
+    for job in ProvisioningJob.objects.all():
+        for account, _cards in services.accounts_for(job):
+            assert hosts.calls.count(("prepare_access", account)) == 1, account
     # Approved after its start: opened at once, and the window was not extended.
     late_grants = AccessGrant.objects.filter(order=late)
     assert late_grants.count() == 2

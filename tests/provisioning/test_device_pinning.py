@@ -227,10 +227,11 @@ def test_the_ssh_command_shows_the_benchmark_the_lots_cards(
     )
     (benchmark,) = [command for command, _input in session.commands if command.startswith("env")]
     words = shlex.split(benchmark)
-    assert words[:6] == [
+    assert words[:7] == [
         "env",
         "-u",
         "ROCR_VISIBLE_DEVICES",  # HIP would read the other two as positions in its list
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID",  # the host's numbering, as nvidia-smi shows it
         "CUDA_VISIBLE_DEVICES=2,3",
         "HIP_VISIBLE_DEVICES=2,3",
         "timeout",
