@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from provisioning import access
 from provisioning.backends import Backend, HostKeyRefused, StepFailed, backend_for
-from provisioning.models import ProvisioningJob
+from provisioning.models import AccessGrant, ProvisioningJob
 from reservations import notifications
 from reservations.errors import InvalidTransition
 from reservations.models import Hold, Host, Order
@@ -133,9 +133,17 @@ def run_job(
 
 
 def _under_grant(job_id: int) -> models.QuerySet[ProvisioningJob]:
-    """The job, if its access grant is open."""
+    """The job, if its access grant is open.
+
+    An EXISTS on the grant, not a join: an UPDATE with a join becomes ``id IN (subquery)``,
+    and PostgreSQL re-checks a row changed meanwhile against the outer conditions only, so
+    the job's own conditions (status, claim) must stay on the job's table for two
+    concurrent claims to see each other (only one wins)."""
     return ProvisioningJob.objects.filter(
-        pk=job_id, grant__isnull=False, grant__closed_at__isnull=True
+        models.Exists(
+            AccessGrant.objects.filter(job_id=models.OuterRef("pk"), closed_at__isnull=True)
+        ),
+        pk=job_id,
     )
 
 
@@ -304,12 +312,16 @@ def stalled(now: datetime) -> models.Q:
     opening = models.Q(steps_done=len(ProvisioningJob.STEPS) - 1) & models.Q(
         heartbeat_at__lt=now - OPENING_STALLED_AFTER
     )
+    open_grant = AccessGrant.objects.filter(job_id=models.OuterRef("pk"), closed_at__isnull=True)
+    # EXISTS rather than joins: the conditional updates that use this stay on the job's row
+    # (see _under_grant).
     return (
         models.Q(status__in=(ProvisioningJob.Status.PENDING, ProvisioningJob.Status.RUNNING))
-        & models.Q(grant__isnull=False, grant__closed_at__isnull=True)
+        & models.Q(models.Exists(open_grant))
         & (
             models.Q(heartbeat_at__lt=quiet)
-            | models.Q(heartbeat_at__isnull=True, grant__opened_at__lt=quiet)
+            | models.Q(heartbeat_at__isnull=True)
+            & models.Q(models.Exists(open_grant.filter(opened_at__lt=quiet)))
             | opening
         )
     )

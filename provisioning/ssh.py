@@ -15,6 +15,7 @@ password-less sudo for them).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import shlex
@@ -43,6 +44,21 @@ from reservations.models import Host
 
 T = TypeVar("T")
 Session = asyncssh.SSHClientConnection
+
+
+def run_to_end(make: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to its end from synchronous code: here, or in a thread of its own when
+    this thread already runs an event loop (an async caller, a test's browser driver)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(make))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _awaited(make)).result()
+
+
+async def _awaited(make: Callable[[], Awaitable[T]]) -> T:
+    return await make()
 
 
 def fingerprint(key_line: str) -> str:
@@ -202,7 +218,7 @@ class SshBackend:
                 session.close()
                 await session.wait_closed()
 
-        return asyncio.run(run())
+        return run_to_end(run)
 
     async def _connect(self, host: Host) -> Session:
         where = f"{host.name} ({host.address}:{host.ssh_port})"

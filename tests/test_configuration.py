@@ -17,7 +17,7 @@ from config import env
 from config.env import READ, database_from_url, env_bool, env_int, env_str
 
 ROOT = Path(__file__).resolve().parent.parent
-APP_SERVICES = ("web", "worker", "beat")
+APP_SERVICES = ("web", "worker", "clock", "beat")
 
 
 def manage(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -100,6 +100,11 @@ def test_compose_runs_every_service_the_app_needs() -> None:
     assert "celery" in services["worker"]["command"]
     assert "worker" in services["worker"]["command"]
     assert "beat" in services["beat"]["command"]
+    clock = services["clock"]["command"]
+    assert (
+        clock[clock.index("--queues") + 1]
+        == services["clock"]["environment"]["PROVISIONING_CLOCK_QUEUE"]
+    )
     assert "gunicorn" in " ".join(services["web"]["command"])
     assert (ROOT / "Dockerfile").exists()
 

@@ -124,9 +124,10 @@ def log_in(stack: Stack, email: str, password: str) -> str:
     return opener.open(request).read().decode()
 
 
-def test_make_run_starts_web_worker_and_beat_and_ctrl_c_stops_them(stack: Stack) -> None:
+def test_make_run_starts_web_workers_and_beat_and_ctrl_c_stops_them(stack: Stack) -> None:
     login = stack.wait_for(r"Operator login: (\S+) / (\S+)")
     stack.wait_for(r"worker \| .*ready\.")
+    stack.wait_for(r"clock \| .*ready\.")  # the access tick's own worker
     stack.wait_for(r"beat \| .*beat: Starting")
     assert "Catalogue loaded." in stack.output
     assert "Dev chain ready" in stack.output
@@ -140,7 +141,7 @@ def test_make_run_starts_web_worker_and_beat_and_ctrl_c_stops_them(stack: Stack)
     children = subprocess.run(
         ["pgrep", "-P", str(stack.process.pid)], capture_output=True, text=True
     ).stdout.split()
-    assert len(children) == 4  # web, worker, beat, dev chain
+    assert len(children) == 5  # web, worker, clock, beat, dev chain
 
     stack.process.send_signal(signal.SIGINT)
     assert stack.process.wait(timeout=30) == 0

@@ -7,7 +7,6 @@ CUDA_VISIBLE_DEVICES as a GPU would; the SSH backend also against a loopback ssh
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import runpy
@@ -23,7 +22,7 @@ import asyncssh
 import pytest
 
 from provisioning.backends import LocalBackend, StepFailed
-from provisioning.ssh import SshBackend
+from provisioning.ssh import SshBackend, run_to_end
 from reservations.models import Host
 from tests.sshd import Sshd, start_sshd
 
@@ -214,7 +213,9 @@ def recorded_ssh_backend(monkeypatch: pytest.MonkeyPatch, session: RecordingSess
         benchmark_args=[],
         connect_timeout=5,
     )
-    monkeypatch.setattr(backend, "_with_session", lambda host, steps: asyncio.run(steps(session)))
+    monkeypatch.setattr(
+        backend, "_with_session", lambda host, steps: run_to_end(lambda: steps(session))
+    )
     return backend
 
 
