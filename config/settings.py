@@ -205,7 +205,11 @@ CELERY_BEAT_SCHEDULE = {
     },
     "access-tick": {  # open, close, resume and remind what is due (provisioning.schedule)
         "task": "provisioning.tasks.access_tick",
-        "schedule": timedelta(seconds=PROVISIONING_TICK_SECONDS),
+        # Every minute on the minute by default: windows start on the hour, so access opens
+        # within a second or two of the start rather than up to a minute after it.
+        "schedule": crontab(minute="*")
+        if PROVISIONING_TICK_SECONDS == 60
+        else timedelta(seconds=PROVISIONING_TICK_SECONDS),
     },
     "scan-open-invoices": {
         "task": "payments.tasks.scan_open_invoices",

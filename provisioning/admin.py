@@ -162,16 +162,16 @@ class GrantState(admin.SimpleListFilter):
 class AccessGrantAdmin(RecordAdmin):
     """Who had which lot's cards, when: kept by the services, never edited by hand."""
 
-    list_display = (
-        "lot",
-        "order",
-        "opened_at",
-        "keys_at",
-        "window_end",
-        "closed_at",
-        "revoke_error",
-    )
+    list_display = ("lot", "order", "opened_at", "keys_at", "closed_at", "state")
     list_filter = (GrantState, "lot__host")
     search_fields = ("order__reference", "lot__host__name")
     list_select_related = ("order", "lot__host")
     date_hierarchy = "opened_at"
+
+    @admin.display(description="state")
+    def state(self, grant: AccessGrant) -> str:
+        if grant.closed_at is not None:
+            return "closed"
+        if grant.revoke_error:
+            return f"revocation failing: {grant.revoke_error[:80]}"
+        return "open: keys in" if grant.keys_at else "open: preparing"
