@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
@@ -194,7 +195,7 @@ do) so that a tick never waits behind a long benchmark: a window's end is revoke
 CELERY_TASK_ROUTES = {"provisioning.tasks.access_tick": {"queue": PROVISIONING_CLOCK_QUEUE}}
 PAYMENT_SCAN_SECONDS = env_int("PAYMENT_SCAN_SECONDS", 5, minimum=1)
 """How often beat runs the payment scanner over every open invoice."""
-CELERY_BEAT_SCHEDULE = {
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "expire-unpaid-holds": {
         "task": "reservations.tasks.expire_unpaid_holds",
         "schedule": crontab(minute="*"),

@@ -2,9 +2,10 @@
 
 For each booked lot of an approved order (one ProvisioningJob):
 
-- **prepare**: once the lot is free (the previous tenant's access removed and confirmed,
-  its turnaround passed: both kept by the grant's exclusion constraint) and not earlier
-  than PROVISIONING_PREPARE_LEAD before the window's start, the job's access grant opens
+- **prepare**: once the lot is free (the previous booking's window and turnaround over,
+  checked against its hold; its access removed and confirmed by the host, kept by the
+  grant's exclusion constraint) and not earlier than PROVISIONING_PREPARE_LEAD before the
+  window's start, the job's access grant opens
   and the job prepares the account, environment and cards and runs the acceptance
   benchmark on them, with no keys on the host;
 - **open**: at the window's start the keys go in, the lot is ready, and the order becomes
@@ -14,9 +15,10 @@ For each booked lot of an approved order (one ProvisioningJob):
   the next tenant and the operator is alerted.
 
 ``tick`` does what is due, catching up with anything overdue (a worker or beat that was
-down). Beat runs it every PROVISIONING_TICK_SECONDS and approval runs it for its order at
-once, so no schedule lives in a broker's memory (no ``eta``, no ``countdown``). Two ticks
-at once are harmless: every change in it is an insert under the constraint or a
+down). Beat runs it every PROVISIONING_TICK_SECONDS (on the minute by default), on a worker
+of its own (PROVISIONING_CLOCK_QUEUE), and approval runs it for its order at once, so no
+schedule lives in a broker's memory (no ``eta``, no ``countdown``). Two ticks at once are
+harmless: every change in it is an insert under the constraint or a
 conditional update.
 """
 
