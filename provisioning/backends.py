@@ -21,9 +21,11 @@ pinned; not retried: the operator checks the host and pins its key).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,6 +85,17 @@ class Backend(Protocol):
 
     def fetch_report(self, host: Host, path: str) -> dict[str, Any]:
         """The report at ``path`` on the host."""
+
+    def stop_validation(self, host: Host, report_name: str) -> None:
+        """End the benchmark writing ``report_name`` if one still runs (its grant is closing:
+        nothing of the order may go on using the cards); none running is fine."""
+
+
+def still_running(report: str) -> str:
+    """A ``pkill -f`` pattern for the benchmark writing ``report`` that matches neither the
+    shell nor the pkill that carry it (``[j]ob-7.json`` matches only ``job-7.json``)."""
+    folder, _slash, name = report.rpartition("/")
+    return f"{folder}/[{name[0]}]{name[1:]}"
 
 
 def crash_report(output: str) -> dict[str, Any]:
@@ -169,6 +182,7 @@ class LocalBackend:
             text=True,
             timeout=BENCHMARK_TIMEOUT,
             env=environment,
+            start_new_session=True,  # its own process group, its workers in it: stoppable
         )
         if done.returncode != 0 and not (out.exists() and is_report(out.read_text())):
             out.write_text(json.dumps(crash_report(done.stderr)))
@@ -177,3 +191,17 @@ class LocalBackend:
     def fetch_report(self, host: Host, path: str) -> dict[str, Any]:
         report: dict[str, Any] = json.loads(Path(path).read_text())
         return report
+
+    def stop_validation(self, host: Host, report_name: str) -> None:
+        out = self.host_root(host) / "reports" / f"{report_name}.json"
+        found = subprocess.run(
+            ["pgrep", "-f", "--", still_running(str(out))],
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_TIMEOUT,
+        )
+        for pid in found.stdout.split():  # its process group: the benchmark and its workers
+            with contextlib.suppress(ProcessLookupError):
+                group = os.getpgid(int(pid))
+                if group != os.getpgrp():  # never this worker's own group
+                    os.killpg(group, signal.SIGKILL)

@@ -512,6 +512,8 @@ def _revoke_lots(
             failures.append((job, down[host.pk]))
             continue
         try:
+            if job.status != ProvisioningJob.Status.READY:  # maybe still benchmarking
+                (backend or backend_for(host)).stop_validation(host, f"job-{job.pk}")
             for account in job.accounts or [a for a, _c in accounts_for(job)]:
                 (backend or backend_for(host)).script(host, "revoke", account)
         except StepFailed as exc:

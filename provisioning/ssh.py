@@ -38,6 +38,7 @@ from provisioning.backends import (
     StepFailed,
     crash_report,
     is_report,
+    still_running,
     visible_devices,
 )
 from reservations.models import Host
@@ -200,6 +201,19 @@ class SshBackend:
         except ValueError:
             raise StepFailed(f"fetch the report: {path} on {host.name} is not JSON") from None
         return report
+
+    def stop_validation(self, host: Host, report_name: str) -> None:
+        pattern = shlex.quote(still_running(f"{self.remote_dir}/reports/{report_name}.json"))
+        # `timeout` leads the benchmark's process group (its workers included): end the group.
+        command = (
+            f"for pid in $(pgrep -f -- {pattern}); do "
+            'kill -KILL -- "-$(ps -o pgid= -p "$pid" | tr -d " ")" 2>/dev/null; done; true'
+        )
+
+        async def steps(session: Session) -> str:
+            return await self._run(session, host, "stop the benchmark", command)
+
+        self._with_session(host, steps)
 
     # ----------------------------------------------------------------- the session
 

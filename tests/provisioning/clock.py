@@ -62,6 +62,10 @@ class SimulatedHost(LocalBackend):
         super().script(host, name, *args)
         self.calls.append((name, args[0]))
 
+    def stop_validation(self, host: Host, report_name: str) -> None:
+        self.calls.append(("stop_validation", report_name))
+        super().stop_validation(host, report_name)
+
     def run_validation(
         self, host: Host, report_name: str, arguments: list[str], *, cards: str
     ) -> str:

@@ -5,6 +5,10 @@ that stops when its grant closes, and grants for jobs provisioned before grants 
 from __future__ import annotations
 
 import importlib
+import signal
+import subprocess
+import sys
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -211,3 +215,51 @@ def test_jobs_provisioned_before_grants_existed_get_one_and_early_keys_go_back(
     assert (early_job.status, early_job.steps_done) == (ProvisioningJob.Status.PENDING, 1)
     waiting = ProvisioningJob.objects.get(order=on_the_same_lot)
     assert (waiting.status, waiting.steps_done) == (ProvisioningJob.Status.PENDING, 0)
+
+
+@pytest.mark.django_db
+def test_a_benchmark_still_running_when_the_window_ends_is_stopped_with_its_workers(
+    make_request: RequestFactory, tmp_path: Path, soon: datetime
+) -> None:
+    build_inventory()
+    order = approved(make_request, soon)
+    job = ProvisioningJob.objects.select_related("lot__host").get(order=order)
+    assert access.open_grant(job, now=soon) is not None
+    ProvisioningJob.objects.filter(pk=job.pk).update(
+        status=ProvisioningJob.Status.RUNNING,
+        steps_done=ProvisioningJob.STEPS.index("run_validation"),
+    )
+    hosts = SimulatedHost(root=tmp_path / "hosts", clock=Clock(order.ends_at))
+    out = hosts.host_root(job.lot.host) / "reports" / f"job-{job.pk}.json"
+    worker_pid = tmp_path / "worker.pid"
+    # A benchmark as the backend starts it (its own process group), with a worker process.
+    benchmark = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(worker_pid)!r}, 'w').write(str(w.pid)); time.sleep(120)",
+            "--out",
+            str(out),
+        ],
+        start_new_session=True,
+    )
+    for _ in range(100):
+        if worker_pid.exists() and worker_pid.read_text():
+            break
+        time.sleep(0.05)
+    child = int(worker_pid.read_text())
+    assert services.revoke_due(now=order.ends_at, backend=hosts) == 1
+    assert ("stop_validation", f"job-{job.pk}") in hosts.calls
+    assert benchmark.wait(timeout=10) == -signal.SIGKILL
+    for _ in range(100):  # the worker went with its group
+        if (
+            not Path(f"/proc/{child}").exists()
+            or "zombie" in Path(f"/proc/{child}/status").read_text()
+        ):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the benchmark's worker is still running")
+    assert AccessGrant.objects.get(job=job).closed_at == order.ends_at

@@ -4,8 +4,11 @@ unreachable host retried with backoff, then failed with its reason."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -199,3 +202,19 @@ def test_the_check_refuses_the_ssh_backend_without_a_private_key(settings: Any, 
         assert error.id == "provisioning.E001"
     settings.PROVISIONING_SSH_KEY = sshd.client_key
     assert check_ssh_key(None) == []
+
+
+@pytest.mark.django_db
+def test_a_benchmark_still_running_is_stopped_over_ssh_with_its_process_group(
+    sshd: Sshd, make_request: RequestFactory, ssh_backend: SshBackend
+) -> None:
+    job = approved_job_on(sshd, make_request, sshd.host_key)
+    report = f"{ssh_backend.remote_dir}/reports/job-{job.pk}.json"
+    # As the backend starts it on a host: under `timeout`, which leads its process group.
+    running = subprocess.Popen(
+        ["timeout", "120", sys.executable, "-c", "import time; time.sleep(120)", "--out", report]
+    )
+    time.sleep(0.5)
+    ssh_backend.stop_validation(job.lot.host, f"job-{job.pk}")
+    assert running.wait(timeout=10) == -signal.SIGKILL
+    ssh_backend.stop_validation(job.lot.host, f"job-{job.pk}")  # none running: fine
