@@ -2,7 +2,8 @@
 
 An ``AccessGrant`` is one order's use of one lot, from the start of its preparation (the
 account, the environment, the acceptance benchmark on the cards; no keys yet) to the
-confirmed removal of its access on the host, plus the booking's turnaround after that. Its
+confirmed removal of its access on the host (and at least the booking's turnaround after
+its window). Its
 exclusion constraint (models.AccessGrant) makes the guarantee: at no instant do two orders
 have access to one lot. This module is the one place that opens and closes grants, each by
 an insert or a conditional update with an audit event:

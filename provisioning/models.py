@@ -93,13 +93,14 @@ class ProvisioningJob(models.Model):
 class AccessGrant(models.Model):
     """One order's use of one lot's cards: from the start of its preparation (account,
     environment, the acceptance benchmark on the cards) to the confirmed removal of its
-    access, plus the turnaround after it.
+    access, and the booking's turnaround after its window.
 
-    ``period`` is [opened_at, ∞) while the grant is open, and [opened_at, closed_at +
-    turnaround) once the revocation is confirmed. An exclusion constraint over (lot, period)
-    covers every grant ever made, so at no instant can two orders have access to one lot,
-    whatever code path, worker or clock tries: a revocation that failed keeps the period
-    open and the next tenant's grant cannot be inserted until it is confirmed.
+    ``period`` is [opened_at, ∞) while the grant is open, and [opened_at, the later of
+    closed_at and window_end + turnaround) once the revocation is confirmed. An exclusion
+    constraint over (lot, period) covers every grant ever made, so at no instant can two
+    orders have access to one lot, whatever code path, worker or clock tries: a revocation
+    that failed keeps the period open and the next tenant's grant cannot be inserted until
+    it is confirmed.
 
     The window's bounds are copied from the order and checked in the database too: a grant
     never opens before ``prepare_from`` (the window's start less the preparation lead) and
