@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar
 
 from django.contrib.auth.models import AbstractUser, BaseUserManager
 from django.db import models
 from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
+
+from config.identity import NotAnAddress, canonical_email
 
 
 class UserManager(BaseUserManager["User"]):
@@ -16,10 +19,16 @@ class UserManager(BaseUserManager["User"]):
     def _create(self, email: str, password: str | None, **fields: Any) -> User:
         if not email:
             raise ValueError("An e-mail address is required")
-        user = self.model(email=self.normalize_email(email), **fields)
+        user = self.model(email=canonical_email(email), **fields)
         user.set_password(password)
         user.save(using=self._db)
         return user
+
+    def get_by_natural_key(self, username: str | None) -> User:
+        """Signing in with a password compares the canonical address too (config.identity)."""
+        with contextlib.suppress(NotAnAddress):
+            username = canonical_email(username or "")
+        return super().get_by_natural_key(username)
 
     def create_user(self, email: str, password: str | None = None, **fields: Any) -> User:
         fields.setdefault("is_staff", False)

@@ -13,6 +13,7 @@ from django.utils.http import urlsafe_base64_encode
 
 from accounts.models import User
 from accounts.tokens import LINK_MINUTES, sign_in_tokens
+from config.identity import NotAnAddress, canonical_email
 from config.mail import send_templated
 from reservations.models import Order
 
@@ -28,13 +29,16 @@ def request_sign_in(email: str, language: str) -> bool:
     to an operator, who signs in with a password. Callers show the same answer either way,
     so the page does not reveal which addresses have accounts.
     """
-    email = User.objects.normalize_email(email.strip())
-    counter = f"sign-in-links:{email.lower()}"
+    try:
+        email = canonical_email(email)
+    except NotAnAddress:
+        return False
+    counter = f"sign-in-links:{email}"
     cache.add(counter, 0, timeout=3600)
     if cache.incr(counter) > LINKS_PER_HOUR:
         log.warning("sign-in links throttled", extra={"email": email})
         return False
-    user = User.objects.filter(email__iexact=email).first()
+    user = User.objects.filter(email=email).first()
     if user is None:
         user = User.objects.create_user(email=email)
     if user.is_staff or not user.is_active:
@@ -51,6 +55,9 @@ def request_sign_in(email: str, language: str) -> bool:
 
 def attach_guest_orders(user: User) -> int:
     """Give ``user`` the guest orders placed with their (now proven) e-mail address."""
-    return Order.objects.filter(user__isnull=True, contact_email__iexact=user.email).update(
-        user=user
-    )
+    try:
+        email = canonical_email(user.email)
+    except NotAnAddress:
+        return 0
+    # Exactly the canonical form (config.identity): never a look-alike's orders.
+    return Order.objects.filter(user__isnull=True, contact_email=email).update(user=user)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
+from django.core.validators import EmailValidator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -19,10 +20,18 @@ from accounts.models import User
 from accounts.tokens import sign_in_tokens
 from api.models import ApiToken
 from config.forms import AccessibleForm
+from config.identity import NotAnAddress, canonical_email
 
 
 class SignInForm(AccessibleForm):
     email = forms.EmailField(label=_("E-mail"), max_length=254)
+
+    def clean_email(self) -> str:
+        """One address, one identity (config.identity): the form mail is delivered to."""
+        try:
+            return canonical_email(self.cleaned_data["email"])
+        except NotAnAddress:
+            raise forms.ValidationError(EmailValidator.message, code="invalid") from None
 
 
 @require_http_methods(["GET", "POST"])

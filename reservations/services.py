@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from accounts.models import User
+from config.identity import canonical_email
 from reservations import availability, notifications, placement
 from reservations.errors import (
     BookingRefused,
@@ -167,7 +168,7 @@ def _new_rows(
         status=Order.STATUS_AWAITING_PAYMENT,
         language=request.language[:8],
         contact_name=request.contact_name.strip(),
-        contact_email=request.contact_email.strip(),
+        contact_email=canonical_email(request.contact_email),  # checked by validation
         organisation=request.organisation.strip(),
         contact_phone=request.contact_phone.strip(),
         lot_count=request.lot_count,

@@ -20,6 +20,7 @@ from django.core.validators import validate_email
 from django.db import connection
 from django.utils import timezone
 
+from config.identity import NotAnAddress, canonical_email
 from reservations.errors import BookingRefused, refusal
 from reservations.models import Hypothesis, Precision, UsageMode, Window, Workload
 from reservations.ssh_keys import PublicKey, SshKeyError, parse_public_keys
@@ -124,7 +125,8 @@ def contact_errors(request: OrderRequest) -> tuple[Errors, list[PublicKey]]:
         refuse("contact_name", "required")
     try:
         validate_email(request.contact_email)
-    except ValidationError:
+        canonical_email(request.contact_email)  # one address, one identity
+    except (ValidationError, NotAnAddress):
         refuse("contact_email", "invalid_email")
     if request.window_days == Window.THIRTY_DAYS:
         if not (request.checkpoints or "").strip():

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from accounts.models import User
+from config.identity import canonical_email
 
 
 class Command(BaseCommand):
@@ -28,7 +29,7 @@ class Command(BaseCommand):
             password_file.parent.mkdir(parents=True, exist_ok=True)
             password_file.write_text(password + "\n")
             password_file.chmod(0o600)
-        user = User.objects.filter(email__iexact=email).first()
+        user = User.objects.filter(email=canonical_email(email)).first()
         if user is None:
             User.objects.create_superuser(email=email, password=password)
         elif not user.check_password(password) or not user.is_superuser:
