@@ -24,7 +24,6 @@ conditional update.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
@@ -37,8 +36,6 @@ from provisioning import access, services
 from provisioning.backends import Backend
 from provisioning.models import AccessGrant, ProvisioningJob
 from reservations.models import Lot, Order
-
-log = logging.getLogger(__name__)
 
 Start = Callable[[int], None]
 """Starts a job's remaining steps: a Celery message in production, a call in tests."""

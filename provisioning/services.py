@@ -199,7 +199,7 @@ def _run_steps(
                 ):
                     ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
         elif step == "mark_ready":
-            return _open_access(job, clock(), authorize, token, accounts)
+            return _open_access(job, clock(), authorize, token, accounts, keys)
         # Recorded only by the run that holds the job, under its open grant, and only once:
         # a run that lost either stops here.
         if (
@@ -221,6 +221,7 @@ def _open_access(
     authorize: Callable[[str], None],
     token: str,
     accounts: list[tuple[str, str]],
+    keys: str,
 ) -> ProvisioningJob:
     """The last step: the keys go in at the window's start (not before, not after its end),
     unless the operator holds the lot."""
@@ -238,7 +239,7 @@ def _open_access(
         job.refresh_from_db()
         return job
     if not job.access_held:
-        authorize(keys_of(job))
+        authorize(keys)
     # Delivered only by this run, under the open grant, if the operator did not hold it
     # meanwhile (a conditional update).
     with transaction.atomic():

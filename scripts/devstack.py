@@ -159,6 +159,10 @@ def start_devchain(port: str) -> subprocess.Popen[str]:
     fail(f"anvil did not start on port {port} (is the port taken? set DEVCHAIN_PORT)")
 
 
+def celery_worker(*options: str) -> list[str]:
+    return [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", *options]
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("PROVISIONING_CLOCK_QUEUE", CLOCK_QUEUE)
@@ -191,32 +195,10 @@ def main() -> int:
             "--access-logfile",
             "-",
         ],
-        "worker": [
-            str(BIN / "celery"),
-            "-A",
-            "config",
-            "worker",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            "2",
-        ],
+        "worker": celery_worker("--concurrency", "2"),
         # The access tick's own worker: opening and closing access never waits behind a
         # benchmark that keeps the other worker busy.
-        "clock": [
-            str(BIN / "celery"),
-            "-A",
-            "config",
-            "worker",
-            "--loglevel",
-            "INFO",
-            "--pool",
-            "solo",
-            "--queues",
-            CLOCK_QUEUE,
-            "--hostname",
-            "clock@%h",
-        ],
+        "clock": celery_worker("--pool", "solo", "--queues", CLOCK_QUEUE, "--hostname", "clock@%h"),
         "beat": [
             str(BIN / "celery"),
             "-A",
