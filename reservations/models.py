@@ -296,12 +296,52 @@ class Order(models.Model):
         null=True, blank=True, help_text=_("When the order's link was mailed; empty: not yet")
     )
 
+    # Who placed it, for the limits on what one party may hold unpaid (reservations.fairness)
+    client_key = models.CharField(
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text=_("A keyed hash of the client's network address; empty: placed by the operator"),
+    )
+    mailbox_key = models.CharField(
+        max_length=254,
+        blank=True,
+        editable=False,
+        help_text=_("The contact address's mailbox (without +tags), for the per-mailbox limits"),
+    )
+    contact_confirmed_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "When the contact address proved itself (its link used, or the signed-in account's "
+            "own address); until then the hold is short and mails carry no text of the sender"
+        ),
+    )
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ("-created_at",)
-        indexes = [models.Index(fields=("status", "hold_expires_at"), name="order_expiry_idx")]
+        indexes = [
+            models.Index(fields=("status", "hold_expires_at"), name="order_expiry_idx"),
+            # What one party holds unpaid: only awaiting-payment orders are ever looked up.
+            models.Index(
+                fields=("client_key",),
+                name="order_unpaid_client_idx",
+                condition=Q(status="awaiting_payment"),
+            ),
+            models.Index(
+                fields=("mailbox_key",),
+                name="order_unpaid_mailbox_idx",
+                condition=Q(status="awaiting_payment"),
+            ),
+            models.Index(
+                fields=("user",),
+                name="order_unpaid_user_idx",
+                condition=Q(status="awaiting_payment"),
+            ),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(lot_count__gte=1), name="order_lots_positive"),
             models.CheckConstraint(condition=Q(window_days__in=WINDOW_DAYS), name="order_window"),
