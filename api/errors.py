@@ -3,16 +3,23 @@ the booking pages' messages come from (reservations.errors)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
+from django.utils import timezone
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from reservations.errors import BookingRefused, InvalidTransition, LotUnavailable
+from reservations.errors import (
+    BookingRefused,
+    InvalidTransition,
+    LotUnavailable,
+    UnpaidLimitReached,
+)
 
 
 class RequestTooLarge(exceptions.APIException):
@@ -67,6 +74,13 @@ def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, LotUnavailable):
         body = {"code": exc.code, "detail": str(exc), "next_start": exc.next_start}
         return Response(body, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, UnpaidLimitReached):
+        body = {"code": exc.code, "detail": str(exc), "retry_at": exc.retry_at}
+        limited = Response(body, status=status.HTTP_429_TOO_MANY_REQUESTS)
+        if exc.retry_at is not None:
+            wait = max(1, math.ceil((exc.retry_at - timezone.now()).total_seconds()))
+            limited["Retry-After"] = str(wait)
+        return limited
     if isinstance(exc, InvalidTransition):
         return Response({"code": exc.code, "detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     if isinstance(exc, Http404):

@@ -190,6 +190,7 @@ class OrderSerializer(serializers.ModelSerializer):
             "unit_price_usd",
             "total_usd",
             "hold_expires_at",
+            "contact_confirmed_at",
             "created_at",
             "page_url",
         )

@@ -35,7 +35,7 @@ from payments.rpc import RpcError, RpcUnavailable
 from provisioning import access
 from provisioning.models import ProvisioningJob
 from provisioning.services import accounts_for
-from reservations import availability, services
+from reservations import availability, fairness, services
 from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
 from reservations.models import Environment, HardwareKind, Order, Price
@@ -48,6 +48,7 @@ ERROR = inline_serializer(
         "detail": serializers.CharField(),
         "fields": serializers.DictField(required=False),
         "next_start": serializers.DateTimeField(required=False, allow_null=True),
+        "retry_at": serializers.DateTimeField(required=False, allow_null=True),
     },
 )
 ERRORS = {
@@ -183,7 +184,12 @@ class OrdersView(APIView):
                 ERROR, "lot_unavailable (with next_start), or request_in_progress"
             ),
             422: OpenApiResponse(ERROR, "idempotency_key_reused"),
-            429: ERRORS[429],
+            429: OpenApiResponse(
+                ERROR,
+                "Throttled, or unpaid_orders_limit / unpaid_share_limit: this client, mailbox "
+                "or account holds as much unpaid as it may; `retry_at` (and Retry-After) says "
+                "when its first unpaid hold ends",
+            ),
         },
         summary="Place an order (holds the lots while you pay)",
     )
@@ -226,7 +232,9 @@ class OrdersView(APIView):
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
         data["ssh_public_keys"] = "\n".join(data["ssh_public_keys"])
-        order = services.place_order(OrderRequest(**data), user=_user(request))
+        user = _user(request)
+        party = fairness.Party.of_request(request._request, user)
+        order = services.place_order(OrderRequest(**data), user=user, party=party)
         from reservations.notifications import enqueue_order_placed
 
         enqueue_order_placed(order)

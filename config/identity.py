@@ -43,3 +43,10 @@ def is_canonical_address(address: str) -> bool:
     except NotAnAddress:
         return False
     return True
+
+
+def mailbox_of(address: str) -> str:
+    """The mailbox an address delivers to, for limits only (never an identity): its
+    canonical form without a ``+tag`` (``victim+1@x`` and ``victim+2@x`` reach one inbox)."""
+    local, _at, domain = canonical_email(address).rpartition("@")
+    return f"{local.partition('+')[0] or local}@{domain}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,19 @@ RESERVATION_HANDOVER_HOUR = env_int("RESERVATION_HANDOVER_HOUR", 12, minimum=0)
 """Windows booked in the browser start at this hour (UTC) of the chosen day."""
 RESERVATION_HOLD_DURATION = timedelta(minutes=env_int("RESERVATION_HOLD_MINUTES", 120, minimum=1))
 """How long an unpaid order keeps its lots."""
+RESERVATION_UNCONFIRMED_HOLD = timedelta(
+    minutes=env_int("RESERVATION_UNCONFIRMED_HOLD_MINUTES", 20, minimum=1)
+)
+"""How long a guest's order keeps its lots until its contact address is confirmed (or a
+payment is seen); then the full hold, counted from the booking."""
+RESERVATION_UNPAID_ORDERS_PER_CLIENT = env_int("RESERVATION_UNPAID_ORDERS_PER_CLIENT", 5, minimum=1)
+"""Unpaid orders one client (network address) may hold at once."""
+RESERVATION_UNPAID_ORDERS_PER_MAILBOX = env_int(
+    "RESERVATION_UNPAID_ORDERS_PER_MAILBOX", 3, minimum=1
+)
+"""Unpaid orders one mailbox (or one account) may hold at once."""
+RESERVATION_UNPAID_SHARE = Decimal(env_int("RESERVATION_UNPAID_SHARE_PERCENT", 10, minimum=1)) / 100
+"""The share of a kind's lot-days over the horizon one party's unpaid orders may hold."""
 
 # --- Payments: watch-only. The server holds an account-level extended PUBLIC key only;
 # deposit addresses are derived from it, the operator's wallet holds the private keys. ---

@@ -21,6 +21,15 @@ MESSAGES = {
     "no_price": _("This kind has no price for that window yet."),
     "invalid_lot_count": _("Choose at least one lot."),
     "too_many_lots": _("Only %(available)s lots of this kind exist."),
+    "invalid_confirmation": _("This confirmation link is not valid for this order."),
+    "unpaid_orders_limit": _(
+        "You already hold %(limit)s unpaid orders. Pay or cancel one of them, or wait until "
+        "its hold ends, then book again."
+    ),
+    "unpaid_share_limit": _(
+        "Unpaid orders may hold at most %(cap)s lot-days of %(kind)s at a time, and yours hold "
+        "%(held)s. Pay an order you hold, or book fewer lots or a shorter window."
+    ),
     "start_in_past": _("The start lies in the past."),
     "start_beyond_horizon": _("Bookings open at most %(days)s days ahead."),
     "start_not_aware": _("The start needs a time zone."),
@@ -92,6 +101,16 @@ class LotUnavailable(Exception):
     def __init__(self, next_start: datetime | None) -> None:
         super().__init__(str(MESSAGES[self.code]))
         self.next_start = next_start
+
+
+class UnpaidLimitReached(Exception):
+    """One party already holds as much unpaid as it may (reservations.fairness);
+    ``retry_at`` is when its first unpaid hold ends (None: not known)."""
+
+    def __init__(self, code: str, *, retry_at: datetime | None, **params: Any) -> None:
+        super().__init__(str(MESSAGES[code]) % params)
+        self.code = code
+        self.retry_at = retry_at
 
 
 class InvalidTransition(Exception):

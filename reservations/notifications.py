@@ -22,8 +22,32 @@ def order_link(order: Order) -> str:
     return f"{settings.SITE_URL}{path}"
 
 
+def confirm_link(order: Order) -> str:
+    from reservations.services import contact_token
+
+    with translation.override(order.language):
+        path = reverse(
+            "reservations:confirm_contact",
+            args=[order.reference, order.secret, contact_token(order)],
+        )
+    return f"{settings.SITE_URL}{path}"
+
+
 def _send(order: Order, name: str) -> None:
-    context = {"order": order, "link": order_link(order)}
+    """Until the contact address proved itself, a mail carries nothing the booker wrote (a
+    stranger could book with anyone's address and a phishing line for a name)."""
+    confirmed = order.contact_confirmed_at is not None
+    context = {
+        "order": order,
+        "link": order_link(order),
+        "name": order.contact_name if confirmed else "",
+        "confirm_link": "" if confirmed else confirm_link(order),
+        "ssh_keys": (
+            list(order.ssh_keys.values_list("algorithm", "fingerprint"))
+            if name == "order_placed"
+            else []
+        ),
+    }
     send_templated(name, context, order.contact_email, order.language)
 
 

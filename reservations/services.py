@@ -17,10 +17,11 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from accounts.models import User
 from config.identity import canonical_email
-from reservations import availability, notifications, placement
+from reservations import availability, fairness, notifications, placement
 from reservations.errors import (
     BookingRefused,
     InvalidTransition,
@@ -75,23 +76,50 @@ def new_reference() -> str:
 
 
 def place_order(
-    request: OrderRequest, *, user: User | None = None, now: datetime | None = None
+    request: OrderRequest,
+    *,
+    user: User | None = None,
+    party: fairness.Party | None = None,
+    now: datetime | None = None,
 ) -> Order:
     """Create an order and hold its lots, all or nothing.
 
     Guarantees: on return the order exists with exactly ``lot_count`` holds, the price is
     frozen into it, and an audit event records its creation. On ``BookingRefused`` (bad
-    input) or ``LotUnavailable`` (capacity gone, with the next possible start) nothing at
-    all was written. Overlap is refused by the database's exclusion constraint; losing a
-    race for a lot makes this function try the next free one.
+    input), ``UnpaidLimitReached`` (the party holds as much unpaid as it may) or
+    ``LotUnavailable`` (capacity gone, with the next possible start) nothing at all was
+    written. Overlap is refused by the database's exclusion constraint; losing a race for a
+    lot makes this function try the next free one.
+
+    ``party`` is who places it from outside (the pages and the API always say): its unpaid
+    orders are limited (reservations.fairness), checked under its locks in the placing
+    transaction. None: the operator's own placement, limited by nothing but capacity.
     """
     now = now or timezone.now()
     valid = validate(request, now)
+    if party is None:
+        return _place(request, valid, user, None, now)
+    with transaction.atomic():
+        # The party's placements one after the other; bad input and capacity answer first,
+        # then the limits, counting this order in (a refusal rolls it back).
+        fairness.lock(party, fairness.mailbox_key(request.contact_email))
+        order = _place(request, valid, user, party, now)
+        fairness.check(order, party, now=now)
+        return order
+
+
+def _place(
+    request: OrderRequest,
+    valid: ValidRequest,
+    user: User | None,
+    party: fairness.Party | None,
+    now: datetime,
+) -> Order:
     # Look at the free lots no other placement is taking this instant; if too few, look once
     # more at all of them (a lot another placement held may still be free for this window).
     skip_locked = True
     for _attempt in range(_HOLD_ATTEMPTS):
-        order, hold, keys, event = _new_rows(request, valid, user, now)
+        order, hold, keys, event = _new_rows(request, valid, user, party, now)
         try:
             placed = _insert(order, hold, keys, event, request, skip_locked=skip_locked)
         except IntegrityError as exc:
@@ -156,11 +184,19 @@ def _why_not_placed(request: OrderRequest, now: datetime) -> Exception:
 
 
 def _new_rows(
-    request: OrderRequest, valid: ValidRequest, user: User | None, now: datetime
+    request: OrderRequest,
+    valid: ValidRequest,
+    user: User | None,
+    party: fairness.Party | None,
+    now: datetime,
 ) -> tuple[Order, Hold, list[OrderSshKey], OrderEvent]:
     """The unsaved rows of a new order: the order (its kind, environment and prices come
     from the catalogue in the placing statement), its hold template, keys, first event."""
     starts_at = request.starts_at
+    contact_email = canonical_email(request.contact_email)  # checked by validation
+    # The address proved itself when it is the signed-in account's own (its sign-in link
+    # reached it); the operator's own placements need no proof.
+    confirmed = party is None or (user is not None and user.email == contact_email)
     order = Order(
         reference=new_reference(),
         secret=new_secret(),
@@ -168,7 +204,7 @@ def _new_rows(
         status=Order.STATUS_AWAITING_PAYMENT,
         language=request.language[:8],
         contact_name=request.contact_name.strip(),
-        contact_email=canonical_email(request.contact_email),  # checked by validation
+        contact_email=contact_email,
         organisation=request.organisation.strip(),
         contact_phone=request.contact_phone.strip(),
         lot_count=request.lot_count,
@@ -183,7 +219,10 @@ def _new_rows(
         model_workload=request.model_workload,
         checkpoints=request.checkpoints.strip(),
         abort_criteria=request.abort_criteria.strip(),
-        hold_expires_at=now + settings.RESERVATION_HOLD_DURATION,
+        hold_expires_at=now + fairness.hold_duration(confirmed),
+        contact_confirmed_at=now if confirmed else None,
+        client_key=party.client_key if party else "",
+        mailbox_key=fairness.mailbox_key(contact_email),
         created_at=now,
         updated_at=now,
     )
@@ -201,6 +240,49 @@ def _new_rows(
         created_at=now,
     )
     return order, hold, keys, event
+
+
+# --------------------------------------------------------------------------- contact
+
+
+def contact_token(order: Order) -> str:
+    """The key of the confirmation link mailed to the order's contact address: only a
+    reader of that mailbox (or of the order page's link, which the booker already has)
+    can present it."""
+    return salted_hmac("reservations.contact", f"{order.reference}:{order.secret}").hexdigest()[:32]
+
+
+def confirm_contact(order: Order, token: str, *, now: datetime | None = None) -> bool:
+    """The contact address proved itself: its mails may now carry the booker's text and an
+    unpaid order keeps its lots for the full hold, counted from the booking.
+
+    Raises BookingRefused for a wrong token. True when this call confirmed it; False when
+    it was confirmed already (the link used twice changes nothing). A hold that already
+    ran out is not revived.
+    """
+    if not secrets.compare_digest(token.encode(), contact_token(order).encode()):
+        raise BookingRefused({"token": [refusal("invalid_confirmation")]})
+    now = now or timezone.now()
+    with transaction.atomic():
+        # Locks: this order's row.
+        current = (
+            Order.objects.select_for_update()
+            .filter(pk=order.pk, contact_confirmed_at__isnull=True)
+            .values("status", "created_at", "hold_expires_at")
+            .first()
+        )
+        if current is None:
+            return False
+        changes: dict[str, Any] = {"contact_confirmed_at": now, "updated_at": now}
+        full_hold = current["created_at"] + settings.RESERVATION_HOLD_DURATION
+        if current["status"] == Order.STATUS_AWAITING_PAYMENT and current["hold_expires_at"] > now:
+            changes["hold_expires_at"] = max(current["hold_expires_at"], full_hold)
+        Order.objects.filter(pk=order.pk).update(**changes)
+        status = current["status"]
+        _record(order, status, status, RESEARCHER, "contact address confirmed")
+    for field, value in changes.items():
+        setattr(order, field, value)
+    return True
 
 
 # --------------------------------------------------------------------------- transitions

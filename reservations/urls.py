@@ -12,4 +12,9 @@ urlpatterns = [
     path("book/review/", views.book_review, name="book_review"),
     path("book/next-start/", views.book_next_start, name="book_next_start"),
     path("orders/<str:reference>/<str:secret>/", views.order_detail, name="order"),
+    path(
+        "orders/<str:reference>/<str:secret>/confirm/<str:token>/",
+        views.confirm_contact,
+        name="confirm_contact",
+    ),
 ]

@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,10 +21,11 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import get_language
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods
 
-from reservations import availability, notifications, services
-from reservations.errors import BookingRefused, LotUnavailable
+from reservations import availability, fairness, notifications, services
+from reservations.errors import BookingRefused, LotUnavailable, UnpaidLimitReached
 from reservations.forms import ContactForm, PlanForm
 from reservations.models import Environment, HardwareKind, Order, Window
 from reservations.quotes import quote
@@ -199,7 +201,8 @@ def book_review(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         user = request.user if request.user.is_authenticated else None
         try:
-            order = services.place_order(order_request, user=user)
+            party = fairness.Party.of_request(request, user)
+            order = services.place_order(order_request, user=user, party=party)
         except LotUnavailable as exc:
             # The service's next start is the earliest instant; the pages book whole days.
             next_start = availability.earliest_handover(
@@ -212,6 +215,8 @@ def book_review(request: HttpRequest) -> HttpResponse:
             context["next_date"] = next_start.date() if next_start else None
         except BookingRefused as exc:
             context["refusals"] = exc.messages
+        except UnpaidLimitReached as exc:
+            context["refusals"] = [str(exc)]
         else:
             notifications.enqueue_order_placed(order)
             del request.session[DRAFT]
@@ -259,6 +264,26 @@ def order_detail(request: HttpRequest, reference: str, secret: str) -> HttpRespo
             "now": timezone.now(),
         },
     )
+
+
+@require_http_methods(["GET", "POST"])
+def confirm_contact(request: HttpRequest, reference: str, secret: str, token: str) -> HttpResponse:
+    """The link mailed to the contact address. Opening it changes nothing (mail scanners
+    open links); its button confirms the address."""
+    order = order_by_link(reference, secret)
+    if request.method == "POST":
+        try:
+            services.confirm_contact(order, token)
+        except BookingRefused as exc:
+            return render(
+                request,
+                "reservations/confirm_contact.html",
+                {"order": order, "refusals": exc.messages},
+                status=400,
+            )
+        messages.success(request, _("Thank you: your e-mail address is confirmed."))
+        return redirect(order_url(order))
+    return render(request, "reservations/confirm_contact.html", {"order": order})
 
 
 # --------------------------------------------------------------------------- parsing
