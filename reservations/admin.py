@@ -431,7 +431,20 @@ class OrderAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Contact", {"fields": ("contact_name", "contact_email", "organisation", "contact_phone")}),
+        (
+            "Contact",
+            {
+                "fields": (
+                    "contact_name",
+                    "contact_email",
+                    "contact_confirmed_at",
+                    "organisation",
+                    "contact_phone",
+                    "client_key",
+                    "mailbox_key",
+                )
+            },
+        ),
         (
             "Booking",
             {
