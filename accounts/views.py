@@ -18,9 +18,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from accounts import services
 from accounts.models import User
 from accounts.tokens import sign_in_tokens
-from api.models import ApiToken
+from api.models import ApiToken, TooManyTokens
 from config.forms import AccessibleForm
 from config.identity import NotAnAddress, canonical_email
+from config.security import no_store
+from reservations.validation import refuse_bidi_controls
 
 
 class SignInForm(AccessibleForm):
@@ -69,18 +71,28 @@ def sign_out(request: HttpRequest) -> HttpResponse:
 
 
 class TokenForm(AccessibleForm):
-    name = forms.CharField(label=_("Name"), max_length=80, help_text=_("e.g. the lab pipeline"))
+    name = forms.CharField(
+        label=_("Name"),
+        max_length=80,
+        help_text=_("e.g. the lab pipeline"),
+        validators=[refuse_bidi_controls],
+    )
 
 
 @login_required
+@no_store  # it shows a new token once: never kept by the browser or a proxy
 @require_http_methods(["GET", "POST"])
 def tokens(request: HttpRequest) -> HttpResponse:
     """Personal API tokens: made here, shown once, kept only as a hash, revocable."""
     form = TokenForm(request.POST or None)
     shown = None
     if request.method == "POST" and form.is_valid():
-        _record, shown = ApiToken.issue(request.user, form.cleaned_data["name"])
-        form = TokenForm()
+        try:
+            _record, shown = ApiToken.issue(request.user, form.cleaned_data["name"])
+        except TooManyTokens as exc:
+            form.add_error("name", forms.ValidationError(str(exc), code=exc.code))
+        else:
+            form = TokenForm()
     mine = ApiToken.objects.filter(user=request.user)  # type: ignore[misc]
     return render(request, "accounts/tokens.html", {"form": form, "tokens": mine, "shown": shown})
 

@@ -28,6 +28,17 @@ class RequestTooLarge(exceptions.APIException):
     default_code = "request_too_large"
 
 
+MAX_JSON_DEPTH = 16
+"""The deepest nesting of arrays and objects a body may have (the API's own are 2 deep)."""
+
+
+class JsonTooDeep(exceptions.ParseError):
+    default_detail = (
+        f"The JSON body nests arrays or objects too deeply (at most {MAX_JSON_DEPTH} levels)."
+    )
+    default_code = "json_too_deep"
+
+
 class IdempotencyConflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "A request with this Idempotency-Key is being processed; retry shortly."

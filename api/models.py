@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.contrib.auth import get_user_model
+from django.db import models, transaction
 from django.utils.translation import gettext_lazy as _
 
 TOKEN_PREFIX = "gl_"  # noqa: S105 (a marker, not a secret)
@@ -14,6 +16,20 @@ TOKEN_PREFIX = "gl_"  # noqa: S105 (a marker, not a secret)
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TooManyTokens(Exception):
+    """The user already holds API_TOKENS_PER_USER active tokens."""
+
+    code = "too_many_tokens"
+    message = _(
+        "At most %(limit)s active API tokens per account: revoke one you no longer use, "
+        "then create the new one."
+    )
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(str(self.message % {"limit": limit}))
+        self.limit = limit
 
 
 class ApiToken(models.Model):
@@ -38,12 +54,21 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, user: object, name: str) -> tuple[ApiToken, str]:
-        """A new token for ``user``; the plain token is returned once and never stored."""
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        record = cls.objects.create(
-            user=user, name=name.strip()[:80], prefix=token[:10], key_hash=hash_token(token)
-        )
+    def issue(cls, user: Any, name: str) -> tuple[ApiToken, str]:
+        """A new token for ``user``; the plain token is returned once and never stored.
+
+        Raises ``TooManyTokens`` when the user already holds API_TOKENS_PER_USER active
+        ones. The user's row is locked while counting, so that concurrent requests cannot
+        each see room for one more."""
+        limit = settings.API_TOKENS_PER_USER
+        with transaction.atomic():
+            get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+            if cls.objects.filter(user=user, revoked_at__isnull=True).count() >= limit:
+                raise TooManyTokens(limit)
+            token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+            record = cls.objects.create(
+                user=user, name=name.strip()[:80], prefix=token[:10], key_hash=hash_token(token)
+            )
         return record, token
 
 

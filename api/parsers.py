@@ -1,4 +1,5 @@
-"""JSON bodies, bounded: a huge body is refused before it is read."""
+"""JSON bodies, bounded: a huge body is refused before it is read, a deeply nested one
+before any of it is used."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from rest_framework.parsers import JSONParser
 
-from api.errors import RequestTooLarge
+from api.errors import MAX_JSON_DEPTH, JsonTooDeep, RequestTooLarge
 
 MAX_BODY = 64 * 1024
 
@@ -17,4 +18,30 @@ class BoundedJSONParser(JSONParser):
         length = int(request.META.get("CONTENT_LENGTH") or 0) if request is not None else 0
         if length > MAX_BODY:
             raise RequestTooLarge()
-        return super().parse(stream, media_type, parser_context)
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:  # nested deeper than the decoder's own stack allows
+            raise JsonTooDeep() from None
+        if depth(data) > MAX_JSON_DEPTH:
+            raise JsonTooDeep()
+        return data
+
+
+def depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and dicts (a scalar: 0), without recursion."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, level = pending.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        level += 1
+        deepest = max(deepest, level)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        pending.extend((child, level) for child in children)
+    return deepest

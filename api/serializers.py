@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from payments.models import Invoice
@@ -18,7 +20,12 @@ from reservations.models import (
     Window,
     Workload,
 )
-from reservations.validation import TEXT_LIMITS
+from reservations.validation import (
+    MAX_LOT_COUNT,
+    TEXT_LIMITS,
+    refuse_bidi_controls,
+    start_refusal,
+)
 
 
 class StrictSerializer(serializers.Serializer):
@@ -75,7 +82,15 @@ class AvailabilityQuery(StrictSerializer):
     kind = serializers.SlugField()
     window_days = serializers.ChoiceField(choices=Window.values)
     starts_at = serializers.DateTimeField()
-    lot_count = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    lot_count = serializers.IntegerField(min_value=1, max_value=MAX_LOT_COUNT, default=1)
+
+    def validate_starts_at(self, value: datetime) -> datetime:
+        """Within the booking horizon and not past, as for an order: a start in 2001 is
+        not "available", and a start in 9999 is not looked up at all."""
+        refused = start_refusal(value, timezone.now())
+        if refused is not None:
+            raise refused
+        return value
 
 
 class AvailabilitySerializer(serializers.Serializer):
@@ -255,7 +270,7 @@ class ClaimSerializer(StrictSerializer):
 
 
 class CancelSerializer(StrictSerializer):
-    reason = serializers.CharField(max_length=2000)
+    reason = serializers.CharField(max_length=2000, validators=[refuse_bidi_controls])
 
 
 class ProvisioningAccountSerializer(serializers.Serializer):

@@ -1,11 +1,22 @@
-"""``/healthz``: is the database reachable, is the broker? JSON, 200 or 503."""
+"""``/healthz``: is the database reachable, is the broker, are the chain nodes? JSON, 200
+or 503.
+
+It is public (load balancers and monitors ask it without credentials), so nothing a
+stranger can make it do costs more than a look-up: the chain nodes, which are slow and may
+be a metered provider, are asked at most once per HEALTH_CHAIN_CHECK_SECONDS across all
+web processes (the answer is kept in the cache, one process at a time refreshes it).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from functools import lru_cache
 
 from django.conf import settings
-from django.db import connection
+from django.core.cache import cache
+from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 from redis import Redis
 from redis.exceptions import RedisError
@@ -34,25 +45,67 @@ def _broker() -> str:
     return "ok"
 
 
-def _chains() -> dict[str, str]:
-    """Each active payment chain's node: reachable and serving the configured chain id."""
+def _active_chains() -> list[tuple[int, str]]:
+    """The active payment chains as configured: (chain id, node URL)."""
     from payments.models import Chain
+
+    rows = Chain.objects.filter(is_active=True).order_by("chain_id")
+    return list(rows.values_list("chain_id", "rpc_url"))
+
+
+def _chains(chains: list[tuple[int, str]]) -> dict[str, str]:
+    """Each chain's node: reachable and serving the configured chain id."""
     from payments.rpc import RpcClient, RpcError, RpcUnavailable
 
     found: dict[str, str] = {}
-    for chain in Chain.objects.filter(is_active=True):
+    for chain_id, rpc_url in chains:
         try:
-            served = RpcClient(chain.rpc_url, timeout=2).chain_id()
+            served = RpcClient(rpc_url, timeout=2).chain_id()
         except (RpcUnavailable, RpcError) as exc:
-            found[f"chain {chain.chain_id}"] = f"error: {type(exc).__name__}"
+            found[f"chain {chain_id}"] = f"error: {type(exc).__name__}"
             continue
-        ok = served == chain.chain_id
-        found[f"chain {chain.chain_id}"] = "ok" if ok else f"error: serves chain {served}"
+        ok = served == chain_id
+        found[f"chain {chain_id}"] = "ok" if ok else f"error: serves chain {served}"
     return found
 
 
+CHAINS_KEY = "health:chains:"
+
+
+def _chains_cached() -> dict[str, str]:
+    """The last check of the chain nodes, refreshed when older than the interval or when
+    the operator changed the chains (the key is their configuration). While one process
+    refreshes it, the others answer with the previous check (without the chains while the
+    very first one runs); none of them waits."""
+    try:
+        chains = _active_chains()
+    except DatabaseError:
+        return {}  # the database check says so
+    if not chains:
+        return {}
+    key = CHAINS_KEY + hashlib.sha256(json.dumps(chains).encode()).hexdigest()[:24]
+    try:
+        found = cache.get(key)
+        if found is not None and found["at"] > _now() - settings.HEALTH_CHAIN_CHECK_SECONDS:
+            return dict(found["chains"])
+        if not cache.add(key + ":refreshing", 1, timeout=30):
+            return dict(found["chains"]) if found is not None else {}
+        try:
+            checked = _chains(chains)
+            cache.set(key, {"at": _now(), "chains": checked}, timeout=86_400)
+        finally:
+            cache.delete(key + ":refreshing")
+    except (RedisError, OSError) as exc:
+        return {"chains": f"error: cache unavailable ({type(exc).__name__})"}
+    return checked
+
+
+def _now() -> float:
+    return time.time()
+
+
 def health(request: HttpRequest) -> JsonResponse:
-    checks = {"database": _database(), "broker": _broker(), **_chains()}
+    checks = {"database": _database(), "broker": _broker(), **_chains_cached()}
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse(
         {"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.security.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -261,6 +262,9 @@ if not PAYMENT_XPUB.startswith(("xpub", "tpub")):
 PAYMENT_MONITOR_HOURS = env_int("PAYMENT_MONITOR_HOURS", 24, minimum=0)
 """How long after an invoice expires late payments are still watched for."""
 PAYMENT_RPC_TIMEOUT = env_int("PAYMENT_RPC_TIMEOUT_SECONDS", 10, minimum=1)
+HEALTH_CHAIN_CHECK_SECONDS = env_int("HEALTH_CHAIN_CHECK_SECONDS", 30, minimum=1)
+"""How long /healthz reuses its check of the chain nodes (it asks them at most this often,
+however often it is asked)."""
 
 # --- Provisioning ---
 PROVISIONING_AUTO_APPROVE = env_bool("PROVISIONING_AUTO_APPROVE", default=False)
@@ -317,6 +321,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
+API_TOKENS_PER_USER = env_int("API_TOKENS_PER_USER", 20, minimum=1)
+"""How many active (unrevoked) API tokens one account may hold."""
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU lots API",
     "DESCRIPTION": "Book lots of two GPUs, pay on-chain, follow the order. "

@@ -20,6 +20,11 @@ MESSAGES = {
     "invalid_window": _("Choose a window of 3, 7 or 30 days."),
     "no_price": _("This kind has no price for that window yet."),
     "invalid_lot_count": _("Choose at least one lot."),
+    "lot_count_above_limit": _("At most %(limit)s lots per order."),
+    "bidi_control": _(
+        "This text holds invisible direction controls (such as U+202E, which shows text "
+        "backwards): remove them."
+    ),
     "too_many_lots": _("Only %(available)s lots of this kind exist."),
     "invalid_confirmation": _("This confirmation link is not valid for this order."),
     "unpaid_orders_limit": _(

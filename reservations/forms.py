@@ -26,6 +26,7 @@ from reservations.models import (
     Workload,
 )
 from reservations.validation import (
+    MAX_LOT_COUNT,
     TEXT_LIMITS,
     Errors,
     OrderRequest,
@@ -71,7 +72,10 @@ class PlanForm(AccessibleForm):
 
     kind = forms.ChoiceField(label=_("Hardware"), widget=forms.RadioSelect)
     lot_count = forms.IntegerField(
-        label=_("Number of lots (two cards each)"), min_value=1, max_value=64, initial=1
+        label=_("Number of lots (two cards each)"),
+        min_value=1,
+        max_value=MAX_LOT_COUNT,
+        initial=1,
     )
     window_days = forms.TypedChoiceField(
         label=_("Window"),

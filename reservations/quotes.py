@@ -14,7 +14,9 @@ from django.utils import timezone
 
 from reservations import availability
 from reservations.advisor import Advice, AdvisorError, advise
+from reservations.errors import MESSAGES
 from reservations.models import Environment, HardwareKind, Price, Window
+from reservations.validation import MAX_LOT_COUNT, start_refusal
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class Quote:
     environment: Environment | None = None
     advice: Advice | None = None
     advice_error: str | None = None
+    refusals: tuple[str, ...] = ()
+    """Why this start or lot count cannot be booked at all (then nothing is looked up)."""
 
     @property
     def available(self) -> bool:
@@ -61,9 +65,24 @@ def quote(
     window = window_days if window_days in Window.values else None
     lot_count = max(lot_count, 1)
     starts_at = availability.handover(start_date) if start_date else None
+    refusals: list[str] = []
+    if lot_count > MAX_LOT_COUNT:
+        refusals.append(str(MESSAGES["lot_count_above_limit"] % {"limit": MAX_LOT_COUNT}))
+        lot_count = MAX_LOT_COUNT
+    refused_start = start_refusal(starts_at, now) if starts_at is not None else None
+    if refused_start is not None:
+        refusals.extend(refused_start.messages)
     advice, advice_error = _advice(params_billion, precision, workload)
     if hardware is None:
-        return Quote(None, window, lot_count, starts_at, advice=advice, advice_error=advice_error)
+        return Quote(
+            None,
+            window,
+            lot_count,
+            starts_at,
+            advice=advice,
+            advice_error=advice_error,
+            refusals=tuple(refusals),
+        )
 
     price = Price.objects.filter(kind=hardware, window_days=window).first() if window else None
     env = Environment.objects.filter(slug=environment, is_offered=True).first()
@@ -79,6 +98,7 @@ def quote(
         advice=advice,
         advice_error=advice_error,
         bookable_lots=availability.bookable_lots(hardware).count(),
+        refusals=tuple(refusals),
     )
     if price is not None and window is not None:
         result.update(
@@ -88,7 +108,7 @@ def quote(
                 Decimal("0.01")
             ),
         )
-    if window is not None and starts_at is not None and starts_at >= now:
+    if window is not None and starts_at is not None and not refusals:
         free = availability.free_lots(hardware, starts_at, window).count()
         result["free_lots"] = free
         if free < lot_count:

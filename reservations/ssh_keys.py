@@ -33,11 +33,22 @@ _PLAIN_TYPES = {
     "ecdsa-sha2-nistp521",
 }
 _SK_TYPES = {"sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
+_KNOWN_TYPES = {name.encode() for name in _PLAIN_TYPES | _SK_TYPES | {"ssh-dss"}}
 _PRIVATE_MARKERS = re.compile(
-    r"PRIVATE KEY|PuTTY-User-Key-File|BEGIN SSH2 ENCRYPTED PRIVATE|b3BlbnNzaC1rZXktdjE",
+    r"PRIVATE KEY|PuTTY-User-Key-File|BEGIN SSH2 ENCRYPTED PRIVATE|b3BlbnNzaC1rZXktdjE"
+    r"|^\s*(Proc-Type|DEK-Info|Private-Lines|Private-MAC):",
+    re.MULTILINE,
 )
-"""``b3BlbnNzaC1rZXktdjE`` is base64 of ``openssh-key-v1``, the private key container."""
+"""``b3BlbnNzaC1rZXktdjE`` is base64 of ``openssh-key-v1``, the private key container;
+``Proc-Type``/``DEK-Info`` head an encrypted PEM key, ``Private-Lines`` a PuTTY key."""
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
+_BODY_LINE = re.compile(r"[A-Za-z0-9+/]{60,76}={0,2}")
 _COMMENT_OK = re.compile(r"^[\x20-\x7e]{0,200}$")
+_ALGORITHM_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9@.]+)+$")
+"""What a key type looks like (``ssh-ed25519``): only such a word is quoted in a refusal,
+never a piece of base64 that may be a secret."""
+_PASSWORD_BASED = (bytes.fromhex("2a864886f70d0105"), bytes.fromhex("2a864886f70d010c"))
+"""OID prefixes of PKCS#5 and PKCS#12 password-based encryption (encrypted PKCS#8)."""
 
 
 class SshKeyError(CodedError):
@@ -67,7 +78,66 @@ class PublicKey:
 
 
 def looks_like_private_key(text: str) -> bool:
-    return bool(_PRIVATE_MARKERS.search(text))
+    """A private key in any usual form, with or without its BEGIN/END lines: by its
+    markers, or by a run of base64 that starts a private key's encoding (OpenSSH's
+    container, PKCS#1, PKCS#8 plain or encrypted, SEC1, SSH.com's)."""
+    if _PRIVATE_MARKERS.search(text):
+        return True
+    if any(_starts_a_private_key(run) for run in _BASE64_RUN.findall(text)):
+        return True
+    return any(_is_private_body_line(line.strip()) for line in text.splitlines())
+
+
+def _is_private_body_line(line: str) -> bool:
+    """A line of nothing but base64, as long as the lines inside a key's armour, that is
+    not a public key's blob: a piece of a private key's body (e.g. pasted from its second
+    line on). No public key line looks like this: it starts with its type."""
+    if not _BODY_LINE.fullmatch(line):
+        return False
+    try:
+        head = base64.b64decode(line[: len(line) // 4 * 4][:64], validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    (length,) = struct.unpack(">I", head[:4])
+    if head[4 : 4 + length] in _KNOWN_TYPES:
+        return False  # a public key's blob, its type left out
+    body = _der_body(head, 0)
+    return not (body is not None and head[body : body + 1] == b"\x30")  # SPKI, certificate
+
+
+def _starts_a_private_key(run: str) -> bool:
+    prefix = run[: len(run) // 4 * 4][:64]
+    try:
+        head = base64.b64decode(prefix, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    if head.startswith((b"openssh-key-v1\x00", bytes.fromhex("3f6ff9eb"))):
+        return True
+    # DER: SEQUENCE, then INTEGER 0 or 1 (the version of PKCS#1, PKCS#8 and SEC1 private
+    # keys; a public key's SubjectPublicKeyInfo starts with a SEQUENCE instead), or a
+    # SEQUENCE naming password-based encryption (EncryptedPrivateKeyInfo).
+    body = _der_body(head, 0)
+    if body is None:
+        return False
+    if head[body : body + 3] in (b"\x02\x01\x00", b"\x02\x01\x01"):
+        return True
+    algorithm = _der_body(head, body)
+    if algorithm is None or head[algorithm : algorithm + 1] != b"\x06":
+        return False
+    oid_length = head[algorithm + 1] if len(head) > algorithm + 1 else 0
+    oid = head[algorithm + 2 : algorithm + 2 + oid_length]
+    return oid.startswith(_PASSWORD_BASED)
+
+
+def _der_body(data: bytes, offset: int) -> int | None:
+    """Where the contents of the constructed DER element at ``offset`` begin (None: not one)."""
+    if len(data) < offset + 2 or data[offset] != 0x30:
+        return None
+    length = data[offset + 1]
+    if length < 0x80:
+        return offset + 2
+    octets = length & 0x7F
+    return offset + 2 + octets if 1 <= octets <= 4 else None
 
 
 def parse_public_keys(text: str) -> list[PublicKey]:
@@ -106,9 +176,9 @@ def parse_public_key(line: str, line_number: int = 1) -> PublicKey:
     if algorithm == "ssh-dss":
         raise SshKeyError("ssh_key_weak", line_number, "DSA keys are no longer accepted")
     if algorithm not in _PLAIN_TYPES | _SK_TYPES:
-        raise SshKeyError(
-            "ssh_key_invalid", line_number, f"unsupported key type {algorithm[:40]!r}"
-        )
+        named = len(algorithm) <= 40 and _ALGORITHM_NAME.match(algorithm)
+        detail = f"unsupported key type {algorithm!r}" if named else "unsupported key type"
+        raise SshKeyError("ssh_key_invalid", line_number, detail)
     if not _COMMENT_OK.match(comment):
         raise SshKeyError("ssh_key_invalid", line_number, "the comment has unusual characters")
     try:

@@ -9,6 +9,7 @@ price is also read, atomically with the insert.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -35,7 +36,38 @@ TEXT_LIMITS = {
     "abort_criteria": 4000,
 }
 
+FREE_TEXT = tuple(name for name in TEXT_LIMITS if name != "contact_email")
+"""Text typed by the researcher and shown to others (operator desk, mails, pages); the
+address has rules of its own (config.identity)."""
+MAX_LOT_COUNT = 64
+"""The most lots one order may ask for (the form, the API and placing the order agree)."""
+
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Invisible controls that reorder how text is shown (U+202E shows "exe.txt" as "txt.exe"):
+the embeddings, overrides and isolates, the marks, and the Arabic letter mark. Text in
+right-to-left scripts needs none of them; the browser orders it by itself."""
+
 Errors = dict[str, list[ValidationError]]
+
+
+def has_bidi_controls(text: str | None) -> bool:
+    return bool(text) and BIDI_CONTROLS.search(text or "") is not None
+
+
+def refuse_bidi_controls(text: str | None) -> None:
+    """A field validator (forms and API serializers alike) for free text."""
+    if has_bidi_controls(text):
+        raise refusal("bidi_control")
+
+
+def start_refusal(starts_at: datetime, now: datetime) -> ValidationError | None:
+    """Why a window may not start at ``starts_at`` (None: it may): one rule for the form,
+    the live quote, the API's availability and placing the order."""
+    if starts_at < now:
+        return refusal("start_in_past")
+    if starts_at > now + settings.RESERVATION_HORIZON:
+        return refusal("start_beyond_horizon", days=settings.RESERVATION_HORIZON.days)
+    return None
 
 
 @dataclass
@@ -92,6 +124,8 @@ def plan_errors(request: OrderRequest, now: datetime) -> tuple[Errors, Decimal |
 
     if len(request.hypothesis_text or "") > TEXT_LIMITS["hypothesis_text"]:
         refuse("hypothesis_text", "too_long", limit=TEXT_LIMITS["hypothesis_text"])
+    if has_bidi_controls(request.hypothesis_text):
+        refuse("hypothesis_text", "bidi_control")
     if request.usage_mode not in UsageMode.values:
         refuse("usage_mode", "invalid_choice")
     if request.hypothesis not in Hypothesis.values:
@@ -100,13 +134,13 @@ def plan_errors(request: OrderRequest, now: datetime) -> tuple[Errors, Decimal |
         refuse("window_days", "invalid_window")
     if not (_is_int(request.lot_count) and request.lot_count >= 1):
         refuse("lot_count", "invalid_lot_count")
+    elif request.lot_count > MAX_LOT_COUNT:
+        refuse("lot_count", "lot_count_above_limit", limit=MAX_LOT_COUNT)
     starts_at = request.starts_at
     if not isinstance(starts_at, datetime) or timezone.is_naive(starts_at):
         refuse("starts_at", "start_not_aware")
-    elif starts_at < now:
-        refuse("starts_at", "start_in_past")
-    elif starts_at > now + settings.RESERVATION_HORIZON:
-        refuse("starts_at", "start_beyond_horizon", days=settings.RESERVATION_HORIZON.days)
+    elif (refused := start_refusal(starts_at, now)) is not None:
+        errors.setdefault("starts_at", []).append(refused)
     return errors, _model_params(request, refuse)
 
 
@@ -121,6 +155,9 @@ def contact_errors(request: OrderRequest) -> tuple[Errors, list[PublicKey]]:
     for name, limit in TEXT_LIMITS.items():
         if name != "hypothesis_text" and len(getattr(request, name) or "") > limit:
             refuse(name, "too_long", limit=limit)
+    for name in FREE_TEXT:
+        if name != "hypothesis_text" and has_bidi_controls(getattr(request, name)):
+            refuse(name, "bidi_control")
     if not (request.contact_name or "").strip():
         refuse("contact_name", "required")
     try:

@@ -114,16 +114,18 @@ def book_quote(request: HttpRequest) -> HttpResponse:
     """The live part of step 1: price, availability, advice, for what the form holds now.
 
     Rendered fragments are shared for QUOTE_SECONDS between everyone asking about the same
-    form state in the same language."""
+    form state in the same language. A start or lot count that cannot be booked at all is
+    answered 400, with the reason in the fragment (the page shows it as any other)."""
     state = "&".join(f"{name}={request.GET.get(name, '')[:40]}" for name in QUOTE_FIELDS)
-    key = "quote:" + hashlib.sha256(f"{get_language()}|{state}".encode()).hexdigest()
-    html = cache.get(key)
-    if html is None:
-        html = render_to_string(
-            "reservations/_quote.html", {"quote": _quote_from(request.GET)}, request
-        )
-        cache.set(key, html, QUOTE_SECONDS)
-    return HttpResponse(html)
+    key = "quote:v2:" + hashlib.sha256(f"{get_language()}|{state}".encode()).hexdigest()
+    cached = cache.get(key)
+    if cached is None:
+        found = _quote_from(request.GET)
+        html = render_to_string("reservations/_quote.html", {"quote": found}, request)
+        cached = (400 if found.refusals else 200, html)
+        cache.set(key, cached, QUOTE_SECONDS)
+    status, html = cached
+    return HttpResponse(html, status=status)
 
 
 def _quote_from(data: Any) -> Any:

@@ -17,7 +17,10 @@
     var query = new URLSearchParams(data).toString();
     var ticket = ++latest;
     fetch(url + "?" + query, { headers: { "X-Requested-With": "fetch" } })
-      .then(function (response) { return response.ok ? response.text() : null; })
+      // 400: this start or lot count cannot be booked; the fragment says why.
+      .then(function (response) {
+        return response.ok || response.status === 400 ? response.text() : null;
+      })
       .then(function (html) {
         if (html !== null && ticket === latest) target.innerHTML = html;
       })

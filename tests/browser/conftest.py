@@ -17,7 +17,7 @@ import pytest
 # make are still plain synchronous code.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
@@ -65,13 +65,28 @@ def shots(request: pytest.FixtureRequest) -> Shots:
     return Shots(ARTIFACTS / re.sub(r"[^\w.-]+", "_", request.node.name))
 
 
+def _watch_the_policy(page: Page) -> list[str]:
+    """Every Content-Security-Policy violation Chromium reports on this page (it logs each
+    one to the console): a test ends with none, or it fails naming them."""
+    violations: list[str] = []
+
+    def seen(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            violations.append(message.text)
+
+    page.on("console", seen)
+    return violations
+
+
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport=DESKTOP)  # type: ignore[arg-type]
     opened = context.new_page()
     opened.set_default_timeout(15_000)
+    violations = _watch_the_policy(opened)
     yield opened
     context.close()
+    assert violations == [], "Content-Security-Policy violations"
 
 
 @pytest.fixture
@@ -79,5 +94,7 @@ def phone(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)  # type: ignore[arg-type]
     opened = context.new_page()
     opened.set_default_timeout(15_000)
+    violations = _watch_the_policy(opened)
     yield opened
     context.close()
+    assert violations == [], "Content-Security-Policy violations"

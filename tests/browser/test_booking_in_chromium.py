@@ -135,6 +135,28 @@ def test_the_form_refuses_bad_input_with_visible_messages(
     assert Order.objects.count() == 0
 
 
+def test_the_api_docs_and_the_desk_run_under_the_content_security_policy(
+    page: Page, live_server: Any, shots: Shots
+) -> None:
+    """Swagger UI and Django's admin, the two pages this project did not write, load and
+    work with the policy on (the page fixture fails the test on any violation)."""
+    page.goto(f"{live_server.url}/api/v1/docs/")
+    expect(page.locator(".swagger-ui .title").first).to_contain_text("GPU lots API")
+    expect(page.locator(".opblock").first).to_be_visible()
+    shots(page, "api-docs")
+    from accounts.models import User
+
+    User.objects.create_superuser("op@example.org", "a-long-password-1")
+    page.goto(f"{live_server.url}/admin/")
+    page.fill("#id_username", "op@example.org")
+    page.fill("#id_password", "a-long-password-1")
+    submit(page, "input[type=submit]")
+    build_inventory()
+    page.goto(f"{live_server.url}/admin/reservations/host/add/")
+    expect(page.locator("#content h1")).to_be_visible()
+    shots(page, "desk")
+
+
 def test_the_pages_work_at_a_phones_width(phone: Page, live_server: Any, shots: Shots) -> None:
     build_inventory()
     for path in ("/fr/", "/fr/book/"):
