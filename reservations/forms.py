@@ -11,11 +11,12 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.formats import date_format
+from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
 from config.forms import AccessibleForm
 from reservations import availability
-from reservations.errors import refusal
+from reservations.errors import MESSAGES, refusal
 from reservations.models import (
     Environment,
     HardwareKind,
@@ -76,6 +77,12 @@ class PlanForm(AccessibleForm):
         min_value=1,
         max_value=MAX_LOT_COUNT,
         initial=1,
+        error_messages={
+            "max_value": lazy(
+                lambda: str(MESSAGES["lot_count_above_limit"]) % {"limit": MAX_LOT_COUNT}, str
+            )(),
+            "min_value": MESSAGES["invalid_lot_count"],
+        },
     )
     window_days = forms.TypedChoiceField(
         label=_("Window"),

@@ -332,3 +332,15 @@ def test_a_user_holds_at_most_the_configured_number_of_active_tokens(
     response = client.post("/en/account/tokens/", {"name": "replacement"})
     assert "At most" not in response.content.decode()
     assert ApiToken.objects.filter(user=user, revoked_at__isnull=True).count() == 3
+
+
+@pytest.mark.parametrize(
+    ("language", "text"),
+    [("en", "At most 64 lots per order."), ("de", "Höchstens 64 Lots je Bestellung.")],
+)
+def test_the_plan_form_says_the_lot_bound_in_the_page_language(
+    client: Client, inventory: Inventory, language: str, text: str
+) -> None:
+    response = client.post(f"/{language}/book/", plan(lot_count="65"))
+    assert response.status_code == 200
+    assert text in response.content.decode()
