@@ -19,6 +19,7 @@ from accounts import services
 from accounts.models import User
 from accounts.tokens import sign_in_tokens
 from api.models import ApiToken, TooManyTokens
+from config.clients import client_key
 from config.forms import AccessibleForm
 from config.identity import NotAnAddress, canonical_email
 from config.security import no_store
@@ -38,10 +39,13 @@ class SignInForm(AccessibleForm):
 
 @require_http_methods(["GET", "POST"])
 def sign_in(request: HttpRequest) -> HttpResponse:
+    """Only validates and hands the rest to a worker: the answer is the same page, in the same
+    time, for every address (existing, new, an operator's, or one that asked too often)."""
     form = SignInForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        services.request_sign_in(form.cleaned_data["email"], get_language() or "en")
-        return render(request, "accounts/sign_in_sent.html", {"email": form.cleaned_data["email"]})
+        email = form.cleaned_data["email"]
+        services.request_sign_in(email, get_language() or "en", client_key(request))
+        return render(request, "accounts/sign_in_sent.html", {"email": email})
     return render(request, "accounts/sign_in.html", {"form": form})
 
 

@@ -1,4 +1,11 @@
-"""Per token and per address, in Redis; refusals say when to retry (Retry-After)."""
+"""Per token and per client, counted atomically in Redis (config.limits); refusals say when
+to retry (Retry-After).
+
+DRF's rate syntax and hooks (``scope``, ``THROTTLE_RATES``, ``get_cache_key``) stay; its
+read-modify-write history does not: each request is one atomic increment, so concurrent
+requests never pass more than the rate. The client is ``config.clients.client_key``: the
+connecting peer, ``X-Forwarded-For`` only from a trusted proxy, IPv6 per /64.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +14,39 @@ from typing import TYPE_CHECKING
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
+from config import limits
+from config.clients import client_key
+
 if TYPE_CHECKING:  # rest_framework.views imports the throttles: no cycle at run time
     from rest_framework.views import APIView
 
 
-class TokenRateThrottle(SimpleRateThrottle):
+class AtomicRateThrottle(SimpleRateThrottle):
+    """A ``SimpleRateThrottle`` whose counting is one atomic Redis increment."""
+
+    retry_after: float | None = None
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        if self.rate is None:
+            return True
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
+            return True
+        limit, seconds = self.parse_rate(self.rate)
+        if limit is None or seconds is None:
+            return True
+        verdict = limits.hit(self.key, limit, seconds)
+        self.retry_after = None if verdict.allowed else verdict.retry_after
+        return verdict.allowed
+
+    def wait(self) -> float | None:
+        return self.retry_after
+
+    def get_ident(self, request: Request) -> str:
+        return client_key(request)
+
+
+class TokenRateThrottle(AtomicRateThrottle):
     scope = "token"
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
@@ -20,7 +55,7 @@ class TokenRateThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
 
 
-class AddressRateThrottle(SimpleRateThrottle):
+class AddressRateThrottle(AtomicRateThrottle):
     scope = "address"
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:

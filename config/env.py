@@ -8,6 +8,7 @@ Secrets may also come from ``<NAME>_FILE`` (Docker/Kubernetes secrets).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,41 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
 def env_list(name: str, default: str = "") -> list[str]:
     value = _raw(name, default) or ""
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+RATE_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+"""The periods of a rate ``N/period`` (DRF's words; DRF reads only the first letter)."""
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """``"300/minute"`` as (300, 60): at most that many in that many seconds."""
+    count, _slash, period = rate.strip().partition("/")
+    seconds = next((s for word, s in RATE_PERIODS.items() if word.startswith(period[:1])), None)
+    if not count.isdigit() or int(count) < 1 or not period or seconds is None:
+        raise ValueError(rate)
+    return int(count), seconds
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate ``N/second``, ``/minute``, ``/hour`` or ``/day`` (checked at start-up)."""
+    value = _raw(name, default) or ""
+    try:
+        parse_rate(value)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a rate (use N/second, N/minute, N/hour or N/day)"
+        ) from None
+    return value.strip()
+
+
+def env_networks(
+    name: str, default: str = ""
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Comma-separated addresses or CIDR networks (``10.0.0.0/8,2001:db8::/32``)."""
+    try:
+        return tuple(ipaddress.ip_network(item, strict=False) for item in env_list(name, default))
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}") from None
 
 
 def database_from_url(url: str) -> dict[str, Any]:

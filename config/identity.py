@@ -45,8 +45,23 @@ def is_canonical_address(address: str) -> bool:
     return True
 
 
+DOTLESS_DOMAINS = {"gmail.com": "gmail.com", "googlemail.com": "gmail.com"}
+"""Domains whose mailboxes ignore dots before the @ (and the domain their mail reaches)."""
+
+
 def mailbox_of(address: str) -> str:
-    """The mailbox an address delivers to, for limits only (never an identity): its
-    canonical form without a ``+tag`` (``victim+1@x`` and ``victim+2@x`` reach one inbox)."""
+    """The mailbox ``address`` delivers to, for limits only (never an identity: an account
+    is its canonical address, ``canonical_email``).
+
+    Sub-addresses are one mailbox: ``victim+1@``, ``victim+2@`` … all reach ``victim@``, so
+    the ``+tag`` is dropped for every domain. Gmail also ignores dots (``v.i.ctim@gmail.com``
+    is ``victim@gmail.com``, and so is ``@googlemail.com``); other providers' dots are kept,
+    since for them a dot names another mailbox. Raises ``NotAnAddress`` like
+    ``canonical_email``.
+    """
     local, _at, domain = canonical_email(address).rpartition("@")
-    return f"{local.partition('+')[0] or local}@{domain}"
+    base = local.partition("+")[0] or local
+    if domain in DOTLESS_DOMAINS:
+        base = base.replace(".", "") or base
+        domain = DOTLESS_DOMAINS[domain]
+    return f"{base}@{domain}"

@@ -22,6 +22,8 @@ from config.env import (
     env_bool,
     env_int,
     env_list,
+    env_networks,
+    env_rate,
     env_required,
     env_str,
 )
@@ -151,6 +153,10 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
 if env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES", "")
+"""Reverse proxies (addresses or CIDR networks) whose X-Forwarded-For is believed: every
+per-client limit counts the right-most forwarded hop that is not one of them
+(config.clients). Empty: the connecting peer is the client, X-Forwarded-For is ignored."""
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
 SESSION_COOKIE_HTTPONLY = True
@@ -160,6 +166,11 @@ X_FRAME_OPTIONS = "DENY"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
 CSRF_FAILURE_VIEW = "config.views.csrf_failure"
 LOGIN_URL = "accounts:sign_in"
+SIGN_IN_LIMIT_CLIENT = env_rate("SIGN_IN_LIMIT_CLIENT", "10/hour")
+"""Sign-in links one client (config.clients) may ask for; more are silently not sent."""
+SIGN_IN_LIMIT_MAILBOX = env_rate("SIGN_IN_LIMIT_MAILBOX", "5/hour")
+"""Sign-in links mailed to one mailbox (config.identity.mailbox_of: +tags and Gmail's dots
+dropped), whoever asks."""
 
 # --- E-mail: console in development, SMTP when EMAIL_HOST is set. ---
 EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
@@ -314,8 +325,8 @@ REST_FRAMEWORK = {
         "api.throttles.AddressRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
-        "token": env_str("API_THROTTLE_TOKEN", "120/minute"),
-        "address": env_str("API_THROTTLE_ADDRESS", "300/minute"),
+        "token": env_rate("API_THROTTLE_TOKEN", "120/minute"),
+        "address": env_rate("API_THROTTLE_ADDRESS", "300/minute"),
     },
     "EXCEPTION_HANDLER": "api.errors.handle",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -33,7 +33,7 @@ from django.db.models import F, Q, Sum
 from django.http import HttpRequest
 
 from accounts.models import User
-from config.clients import client_of
+from config.clients import client_key as client_ident
 from config.identity import NotAnAddress, mailbox_of
 from reservations import availability
 from reservations.errors import UnpaidLimitReached
@@ -50,7 +50,7 @@ class Party:
 
     @classmethod
     def of_request(cls, request: HttpRequest, user: User | None = None) -> Party:
-        return cls(client_key=client_key(client_of(request)), user=user)
+        return cls(client_key=client_key(client_ident(request)), user=user)
 
 
 OPERATOR = Party()
@@ -58,6 +58,7 @@ OPERATOR = Party()
 
 
 def client_key(ident: str) -> str:
+    """A keyed hash of a client identity (config.clients): the order keeps no address."""
     digest = hmac.new(settings.SECRET_KEY.encode(), f"client:{ident}".encode(), hashlib.sha256)
     return digest.hexdigest()[:32]
 

@@ -27,7 +27,9 @@ LONG_S = "victim@vi\u017fible.example"  # long s: IDNA folds it to s (mail: visi
 
 
 @pytest.fixture(autouse=True)
-def fresh_throttle() -> None:
+def fresh_throttle(eager_tasks: None) -> None:
+    """Sign-in links are mailed by a task (run here in the test's process: see
+    test_sign_in_limits.py for the request that only enqueues it)."""
     cache.clear()
 
 
