@@ -12,7 +12,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from reservations.errors import BookingRefused, InvalidTransition, LotUnavailable
+from reservations.errors import BookingRefused, InvalidTransition, LotUnavailable, RateLimited
 
 
 class RequestTooLarge(exceptions.APIException):
@@ -62,6 +62,10 @@ def _codes(detail: Any) -> Any:
 
 
 def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, RateLimited):
+        limited = Response(refusal_body(exc), status=status.HTTP_429_TOO_MANY_REQUESTS)
+        limited["Retry-After"] = str(exc.retry_after)
+        return limited
     if isinstance(exc, BookingRefused):
         return Response(refusal_body(exc), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, LotUnavailable):
