@@ -18,6 +18,7 @@ from reservations.errors import (
     BookingRefused,
     InvalidTransition,
     LotUnavailable,
+    RateLimited,
     UnpaidLimitReached,
 )
 
@@ -80,6 +81,10 @@ def _codes(detail: Any) -> Any:
 
 
 def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, RateLimited):
+        limited = Response(refusal_body(exc), status=status.HTTP_429_TOO_MANY_REQUESTS)
+        limited["Retry-After"] = str(exc.retry_after)
+        return limited
     if isinstance(exc, BookingRefused):
         return Response(refusal_body(exc), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, LotUnavailable):

@@ -299,9 +299,11 @@ class InvoiceView(APIView):
             201: s.InvoiceSerializer,
             400: ERRORS[400],
             404: ERRORS[404],
+            429: OpenApiResponse(ERROR, "The coin was changed too often; see Retry-After"),
             503: OpenApiResponse(ERROR, "The chain cannot be reached"),
         },
-        summary="Choose the coin: an invoice with its own deposit address",
+        summary="Choose the coin: an invoice with its own deposit address (the same coin, "
+        "or one chosen before, gets its invoice again)",
     )
     def post(self, request: Request, reference: str) -> Response:
         order = _own_order(request, reference)

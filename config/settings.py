@@ -276,6 +276,13 @@ PAYMENT_RPC_TIMEOUT = env_int("PAYMENT_RPC_TIMEOUT_SECONDS", 10, minimum=1)
 HEALTH_CHAIN_CHECK_SECONDS = env_int("HEALTH_CHAIN_CHECK_SECONDS", 30, minimum=1)
 """How long /healthz reuses its check of the chain nodes (it asks them at most this often,
 however often it is asked)."""
+PAYMENT_CLAIM_CHECK_SECONDS = env_int("PAYMENT_CLAIM_CHECK_SECONDS", 10, minimum=1)
+"""However often "I've paid" is pressed, an invoice's claim is verified at most once in this
+many seconds, by its one pending verification."""
+PAYMENT_OPEN_INVOICES_PER_ORDER = env_int("PAYMENT_OPEN_INVOICES_PER_ORDER", 3, minimum=1)
+"""At most this many payable invoices (one per coin) per order at once."""
+PAYMENT_COIN_SWITCHES_PER_HOUR = env_int("PAYMENT_COIN_SWITCHES_PER_HOUR", 10, minimum=1)
+"""How often an order's coin may be chosen or changed in an hour."""
 
 # --- Provisioning ---
 PROVISIONING_AUTO_APPROVE = env_bool("PROVISIONING_AUTO_APPROVE", default=False)

@@ -169,6 +169,19 @@ class Invoice(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     claim_tx_hash = models.CharField(max_length=66, blank=True)
     claim_result = models.CharField(max_length=300, blank=True)
+    claim_checked_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("When the claim was last verified on-chain")
+    )
+    verification_due_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_("When the claim is to be verified next; empty: no verification pending"),
+    )
+    verification_queued_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_("Since when the one verification of this invoice is queued or running"),
+    )
     last_checked_at = models.DateTimeField(null=True, blank=True)
     check_delayed = models.BooleanField(
         default=False, help_text=_("The last check could not reach the chain")
@@ -178,7 +191,14 @@ class Invoice(models.Model):
 
     class Meta:
         ordering = ("-created_at",)
-        indexes = [models.Index(fields=("status", "monitor_until"), name="invoice_open_idx")]
+        indexes = [
+            models.Index(fields=("status", "monitor_until"), name="invoice_open_idx"),
+            models.Index(
+                fields=("verification_due_at",),
+                condition=Q(verification_due_at__isnull=False),
+                name="invoice_verification_due_idx",
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=("order",), condition=Q(is_current=True), name="one_current_invoice"
@@ -195,6 +215,25 @@ class Invoice(models.Model):
     @property
     def amount_outstanding(self) -> Decimal:
         return max(Decimal(0), self.amount_due - self.amount_seen)
+
+
+class CoinChoice(models.Model):
+    """A coin chosen for an order: the audit trail of its invoice switches, counted for the
+    limit on switches per order (PAYMENT_COIN_SWITCHES_PER_HOUR)."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="coin_choices")
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="choices")
+    reused = models.BooleanField(
+        default=False, help_text=_("An earlier invoice of the order (and its address) again")
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("created_at", "id")
+        indexes = [models.Index(fields=("order", "created_at"), name="coin_choice_order_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.order.reference} → {self.invoice.asset.symbol}"
 
 
 class Transfer(models.Model):

@@ -19,14 +19,15 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from payments import derivation
-from payments.models import Asset, Chain, Invoice, Transfer
+from payments.models import Asset, Chain, CoinChoice, Invoice, Transfer
 from payments.prices import PriceUnavailable, usd_per_unit
-from payments.rpc import RpcClient, RpcUnavailable
+from payments.rpc import RpcClient, RpcError, RpcUnavailable
 from reservations import services as reservations
-from reservations.errors import BookingRefused, refusal
+from reservations.errors import BookingRefused, RateLimited, refusal
 from reservations.models import Order
 
 log = logging.getLogger(__name__)
@@ -95,25 +96,59 @@ def refresh_prices(chain: Chain) -> None:
     cache.delete(OFFERED_KEY)
 
 
-def create_invoice(order: Order, asset: Asset, *, client: RpcClient | None = None) -> Invoice:
-    """The order's invoice in ``asset``: a fresh deposit address and the exact amount due.
+SWITCH_WINDOW = timedelta(hours=1)
+"""The window PAYMENT_COIN_SWITCHES_PER_HOUR counts coin choices in."""
 
-    Replaces the order's current invoice if nothing was paid to it yet. Refuses
-    (BookingRefused) when the order no longer awaits payment, when a payment to the
-    current invoice is already under way, or when the asset cannot be priced.
+
+@dataclass(frozen=True)
+class _Priced:
+    """What a new invoice (or one in the native coin again) needs from the chain."""
+
+    client: RpcClient
+    rate: Decimal
+    head: int
+
+
+def create_invoice(order: Order, asset: Asset, *, client: RpcClient | None = None) -> Invoice:
+    """The order's invoice in ``asset``, made the order's current one.
+
+    The coin of the current invoice again: that invoice, unchanged (no switch, nothing asked
+    of the chain). A coin this order used before: that invoice again — its address, amount
+    and locked rate — while it is still payable (the native coin only while its price feed
+    answers). Only otherwise a fresh deposit address and the exact amount due.
+
+    Every change of coin is a CoinChoice row (the audit trail) and counts for the limit
+    PAYMENT_COIN_SWITCHES_PER_HOUR (RateLimited); at most PAYMENT_OPEN_INVOICES_PER_ORDER
+    invoices of an order are payable at once. Both are counted under the order's row lock, so
+    concurrent switches cannot pass them, and a refused switch changes nothing. A superseded
+    invoice stays watched until its monitoring window ends: money sent to it is not lost.
+
+    Also refuses (BookingRefused) when the order no longer awaits payment, when a payment to
+    the current invoice is already under way, or when the asset cannot be priced.
     """
+    chosen = _choose(order, asset, priced=None)
+    if chosen is not None:
+        return chosen
     client = client or client_for(asset.chain)
     try:
         rate = usd_per_unit(asset, client)
     except PriceUnavailable:
         raise BookingRefused({"asset": [refusal("asset_unpriced")]}) from None
-    head = client.block_number()
+    chosen = _choose(order, asset, priced=_Priced(client, rate, client.block_number()))
+    assert chosen is not None
+    return chosen
+
+
+def _choose(order: Order, asset: Asset, *, priced: _Priced | None) -> Invoice | None:
+    """One locked decision of create_invoice; None: it needs ``priced`` (nothing changed)."""
+    now = timezone.now()
     with transaction.atomic():
         # Locks: the order's row, then (in new_deposit_address) the chain's row.
         locked = Order.objects.select_for_update().get(pk=order.pk)
         if locked.status != Order.STATUS_AWAITING_PAYMENT:
             raise BookingRefused({"asset": [refusal("not_awaiting_payment")]})
-        current = Invoice.objects.filter(order=locked, is_current=True).first()
+        invoices = Invoice.objects.filter(order=locked)
+        current = invoices.filter(is_current=True).first()
         if current is not None:
             replaceable = current.amount_seen == 0 and current.status in (
                 Invoice.STATUS_NEW,
@@ -121,52 +156,213 @@ def create_invoice(order: Order, asset: Asset, *, client: RpcClient | None = Non
             )
             if not replaceable:
                 raise BookingRefused({"asset": [refusal("payment_under_way")]})
-            if current.asset_id == asset.pk and current.status == Invoice.STATUS_NEW:
+            if (
+                current.asset_id == asset.pk
+                and current.status == Invoice.STATUS_NEW
+                and current.expires_at > now
+            ):
                 return current
-            Invoice.objects.filter(pk=current.pk).update(is_current=False)
-        address = derivation.new_deposit_address(asset.chain)
-        units = Decimal(locked.total_usd) / rate * (Decimal(10) ** asset.decimals)
-        due = int(units.to_integral_value(rounding="ROUND_CEILING"))
-        if asset.is_native:
-            due = math.ceil(due / NATIVE_STEP) * NATIVE_STEP
-        starting = 0
-        if asset.is_native:
-            starting = client.balances([address.address], [head])[(address.address, head)]
-        expires_at = locked.hold_expires_at
-        if asset.invoice_minutes:
-            expires_at = min(expires_at, timezone.now() + timedelta(minutes=asset.invoice_minutes))
-        return Invoice.objects.create(
-            order=locked,
-            asset=asset,
-            deposit_address=address,
-            amount_due=Decimal(due),
-            usd_due=locked.total_usd,
-            usd_per_unit=rate,
-            created_block=head,
-            starting_balance=Decimal(starting),
-            expires_at=expires_at,
-            monitor_until=expires_at + timedelta(hours=settings.PAYMENT_MONITOR_HOURS),
+        _check_switch_limit(locked, now)
+        earlier = (
+            invoices.filter(
+                asset=asset,
+                status=Invoice.STATUS_NEW,
+                amount_seen=0,
+                expires_at__gt=now,
+                usd_due=locked.total_usd,
+            )
+            .exclude(is_current=True)
+            .order_by("-created_at")
+            .first()
         )
+        if earlier is None:
+            payable = invoices.filter(status__in=Invoice.OPEN_STATUSES, expires_at__gt=now)
+            most = settings.PAYMENT_OPEN_INVOICES_PER_ORDER
+            if payable.count() >= most:
+                raise BookingRefused({"asset": [refusal("too_many_open_invoices", count=most)]})
+        if priced is None and (earlier is None or asset.is_native):
+            return None  # to the chain first, outside the lock; decided again after
+        if current is not None:
+            Invoice.objects.filter(pk=current.pk).update(is_current=False)
+        if earlier is not None:
+            Invoice.objects.filter(pk=earlier.pk).update(is_current=True)
+            earlier.is_current = True
+            chosen = earlier
+        else:
+            assert priced is not None
+            chosen = _new_invoice(locked, asset, priced)
+        CoinChoice.objects.create(order=locked, invoice=chosen, reused=earlier is not None)
+        return chosen
+
+
+def _check_switch_limit(order: Order, now: datetime) -> None:
+    """Refuse (RateLimited) a coin choice beyond PAYMENT_COIN_SWITCHES_PER_HOUR; the caller
+    holds the order's row lock."""
+    recent = CoinChoice.objects.filter(order=order, created_at__gt=now - SWITCH_WINDOW)
+    times = list(recent.order_by("-created_at").values_list("created_at", flat=True))
+    limit = settings.PAYMENT_COIN_SWITCHES_PER_HOUR
+    if len(times) < limit:
+        return
+    # Allowed again once the oldest of the last `limit` choices leaves the window.
+    retry_after = max(1, math.ceil((times[limit - 1] + SWITCH_WINDOW - now).total_seconds()))
+    raise RateLimited(
+        {"asset": [refusal("too_many_switches", minutes=math.ceil(retry_after / 60))]},
+        retry_after=retry_after,
+    )
+
+
+def _new_invoice(order: Order, asset: Asset, priced: _Priced) -> Invoice:
+    address = derivation.new_deposit_address(asset.chain)
+    units = Decimal(order.total_usd) / priced.rate * (Decimal(10) ** asset.decimals)
+    due = int(units.to_integral_value(rounding="ROUND_CEILING"))
+    if asset.is_native:
+        due = math.ceil(due / NATIVE_STEP) * NATIVE_STEP
+    head = priced.head
+    starting = 0
+    if asset.is_native:
+        starting = priced.client.balances([address.address], [head])[(address.address, head)]
+    expires_at = order.hold_expires_at
+    if asset.invoice_minutes:
+        expires_at = min(expires_at, timezone.now() + timedelta(minutes=asset.invoice_minutes))
+    return Invoice.objects.create(
+        order=order,
+        asset=asset,
+        deposit_address=address,
+        amount_due=Decimal(due),
+        usd_due=order.total_usd,
+        usd_per_unit=priced.rate,
+        created_block=head,
+        starting_balance=Decimal(starting),
+        expires_at=expires_at,
+        monitor_until=expires_at + timedelta(hours=settings.PAYMENT_MONITOR_HOURS),
+    )
+
+
+# --------------------------------------------------------------------------- claims
+
+VERIFICATION_LEASE = timedelta(minutes=10)
+"""A verification queued longer than this was lost (a flushed broker): beat queues it again."""
+VERIFICATION_MAX_PAUSE = timedelta(minutes=5)
+VERIFICATION_BATCH = 200
+"""Verifications beat queues per cycle at most (the earliest due first)."""
 
 
 def claim_payment(invoice: Invoice, tx_hash: str = "") -> Invoice:
-    """ "I've paid": record the claim and have a worker check at once (after commit).
+    """ "I've paid": record the claim and have the invoice's verification check it.
+
+    Claims coalesce: an invoice has at most one verification queued or running at a time
+    (``verification_queued_at``, set under the invoice's row lock), however many claims
+    arrive together. A later claim is recorded (its hash replaces the earlier one) and
+    brings the next check forward, but never nearer than PAYMENT_CLAIM_CHECK_SECONDS after
+    the last one; the pending verification, or the next one beat queues, checks it.
 
     A malformed hash is refused with a clear error and nothing changes. The claim itself
     credits nothing: only what the chain shows does.
     """
-    tx_hash = tx_hash.strip()
+    tx_hash = tx_hash.strip().lower()
     if tx_hash and not TX_HASH.match(tx_hash):
         raise BookingRefused({"tx_hash": [refusal("invalid_tx_hash")]})
     from payments.tasks import verify_invoice
 
+    now = timezone.now()
+    gap = timedelta(seconds=settings.PAYMENT_CLAIM_CHECK_SECONDS)
     with transaction.atomic():
-        Invoice.objects.filter(pk=invoice.pk).update(
-            claimed_at=timezone.now(), claim_tx_hash=tx_hash.lower(), claim_result=""
+        # Locks: the invoice's row (claims of one invoice queue up here).
+        locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        changes: dict[str, object] = {"claimed_at": now}
+        if tx_hash and tx_hash != locked.claim_tx_hash:
+            changes.update(claim_tx_hash=tx_hash, claim_result="")
+        watched = (
+            locked.status not in (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID)
+            and now < locked.monitor_until
         )
-        transaction.on_commit(lambda: verify_invoice.delay(invoice.pk))
+        send = False
+        if watched:
+            due = (
+                now if locked.claim_checked_at is None else max(now, locked.claim_checked_at + gap)
+            )
+            if locked.verification_due_at is not None:
+                due = min(due, locked.verification_due_at)
+            changes["verification_due_at"] = due
+            send = due <= now and _verification_free(locked, now)
+            if send:
+                changes["verification_queued_at"] = now
+        Invoice.objects.filter(pk=locked.pk).update(**changes)
+        if send:
+            transaction.on_commit(lambda: verify_invoice.delay(invoice.pk))
     invoice.refresh_from_db()
     return invoice
+
+
+def _verification_free(invoice: Invoice, now: datetime) -> bool:
+    queued = invoice.verification_queued_at
+    return queued is None or queued < now - VERIFICATION_LEASE
+
+
+def verify_claim(invoice_id: int) -> str:
+    """The invoice's one pending verification (the ``verify_invoice`` task): check the
+    claimed transaction and scan the invoice's address now, then say when to look again —
+    pauses growing with the time since the claim, up to 5 minutes, until it settles or its
+    monitoring window ends. The next check is queued by beat (dispatch_verifications), so a
+    lost message loses nothing; the scanner watches every open invoice anyway."""
+    now = timezone.now()
+    with transaction.atomic():
+        # Locks: the invoice's row.
+        locked = Invoice.objects.select_for_update().get(pk=invoice_id)
+        if locked.verification_queued_at is None:
+            return locked.status  # a second delivery of a message already done
+        # Taken: a claim arriving from now on sets a new due time for after this check.
+        Invoice.objects.filter(pk=invoice_id).update(verification_due_at=None)
+    invoice = Invoice.objects.select_related("asset__chain", "deposit_address").get(pk=invoice_id)
+    finished = (
+        invoice.status in (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID)
+        or now > invoice.monitor_until
+    )
+    if not finished:
+        try:
+            client = client_for(invoice.asset.chain)
+            result = check_claim(invoice, client)
+            if result:
+                Invoice.objects.filter(pk=invoice.pk, claim_tx_hash=invoice.claim_tx_hash).update(
+                    claim_result=result
+                )
+            scan_chain(invoice.asset.chain, client=client, only=[invoice.pk])
+        except (RpcUnavailable, RpcError, ChainMismatch) as exc:
+            Invoice.objects.filter(pk=invoice.pk).update(check_delayed=True)
+            log.warning("verification delayed", extra={"invoice": invoice.pk, "error": str(exc)})
+    gap = timedelta(seconds=settings.PAYMENT_CLAIM_CHECK_SECONDS)
+    with transaction.atomic():
+        locked = Invoice.objects.select_for_update().get(pk=invoice_id)
+        due: datetime | None = None
+        if not finished and locked.status not in (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID):
+            since_claim = now - (locked.claimed_at or now)
+            due = now + min(VERIFICATION_MAX_PAUSE, max(gap, since_claim))
+            if locked.verification_due_at is not None:  # a claim came in meanwhile
+                due = max(now + gap, min(due, locked.verification_due_at))
+            if due > locked.monitor_until:
+                due = None
+        Invoice.objects.filter(pk=invoice_id).update(
+            verification_queued_at=None, verification_due_at=due, claim_checked_at=now
+        )
+        return locked.status
+
+
+def dispatch_verifications(now: datetime | None = None) -> int:
+    """Beat: queue the verifications that are due (one per invoice at most, the conditional
+    update says which), and again those whose message was lost. Returns how many."""
+    from payments.tasks import verify_invoice
+
+    now = now or timezone.now()
+    free = Q(verification_queued_at__isnull=True) | Q(
+        verification_queued_at__lt=now - VERIFICATION_LEASE
+    )
+    due = Invoice.objects.filter(free, verification_due_at__lte=now)
+    sent = 0
+    for pk in due.order_by("verification_due_at").values_list("pk", flat=True)[:VERIFICATION_BATCH]:
+        if due.filter(pk=pk).update(verification_queued_at=now):
+            verify_invoice.delay(pk)
+            sent += 1
+    return sent
 
 
 # --------------------------------------------------------------------------- scanning

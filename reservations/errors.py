@@ -72,6 +72,14 @@ MESSAGES = {
     "not_a_late_payment": _("Only a confirmed payment that arrived late can be accepted."),
     "nothing_to_refund": _("This invoice has nothing to refund."),
     "invalid_tx_hash": _("A transaction hash is 0x followed by 64 hexadecimal digits."),
+    "too_many_switches": _(
+        "The coin of this order was changed too often. Pay the invoice shown, or choose "
+        "another coin again in %(minutes)s minutes."
+    ),
+    "too_many_open_invoices": _(
+        "This order already has %(count)s invoices waiting for payment. Pay one of them, or "
+        "choose another coin once one has expired."
+    ),
     "invalid_transition": _("This order cannot go from %(current)s to %(target)s."),
     "move_not_counting": _("This booking was already moved or released."),
     "move_order_ended": _("This order no longer holds lots: there is nothing to move."),
@@ -96,6 +104,15 @@ def refusal(code: str, **params: Any) -> ValidationError:
 
 class BookingRefused(ValidationError):
     """Bad input to a booking service; ``error_dict`` maps field names to refusals."""
+
+
+class RateLimited(BookingRefused):
+    """The same action too often in a while: refused (HTTP 429 in the API) with how many
+    seconds until it is allowed again."""
+
+    def __init__(self, message: Any, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class LotUnavailable(Exception):
