@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "payments",
     "provisioning",
     "api",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -69,6 +70,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -109,6 +112,12 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "accounts.User"
+# django-axes first: it refuses a locked-out (address, e-mail) pair before any password is
+# checked (accounts.lockout).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -171,6 +180,21 @@ SIGN_IN_LIMIT_CLIENT = env_rate("SIGN_IN_LIMIT_CLIENT", "10/hour")
 SIGN_IN_LIMIT_MAILBOX = env_rate("SIGN_IN_LIMIT_MAILBOX", "5/hour")
 """Sign-in links mailed to one mailbox (config.identity.mailbox_of: +tags and Gmail's dots
 dropped), whoever asks."""
+
+# --- Password sign-in (the admin login) is rate-limited: django-axes, see accounts.lockout. ---
+AXES_ENABLED = env_bool("AXES_ENABLED", default=True)
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
+"""Failed passwords for one e-mail address from one client address before it is locked out."""
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15, minimum=1))
+"""How long a lockout lasts (each try during it starts it again)."""
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_USERNAME_FORM_FIELD = "username"  # the admin login form's field (axes' default: "email")
+AXES_USERNAME_CALLABLE = "accounts.lockout.username"
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "accounts.lockout.locked_out"
+AXES_CLIENT_IP_CALLABLE = "accounts.lockout.client_ip"  # behind TRUSTED_PROXIES only
+# The client address is REMOTE_ADDR (django-ipware is not installed, so X-Forwarded-For is
+# never believed): behind a reverse proxy every client shares the proxy's address.
 
 # --- E-mail: console in development, SMTP when EMAIL_HOST is set. ---
 EMAIL_HOST = env_str("EMAIL_HOST", "") or ""

@@ -142,7 +142,11 @@ class LocalBackend:
         self.root = Path(root or settings.PROVISIONING_LOCAL_ROOT)
 
     def host_root(self, host: Host) -> Path:
+        """The host's folder, directly under ``root``: a name that would lead anywhere else
+        ("..", "a/b", a link out) is refused before anything is created or run."""
         path = self.root / host.name
+        if path.resolve().parent != self.root.resolve():
+            raise StepFailed(f"host name {host.name!r} is not a folder of the sandbox")
         path.mkdir(parents=True, exist_ok=True)
         return path
 

@@ -7,7 +7,8 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
@@ -24,6 +25,7 @@ from provisioning.models import ProvisioningJob
 from reservations import inventory, services
 from reservations.errors import InvalidTransition, MoveRefused
 from reservations.models import (
+    CARDS_CONSTRAINT,
     Environment,
     HardwareKind,
     Hold,
@@ -64,8 +66,87 @@ class EnvironmentAdmin(admin.ModelAdmin):
     prepopulated_fields = {"slug": ("name",)}
 
 
+def refusal_of(exc: IntegrityError) -> str | None:
+    """The operator's sentence for a write the inventory's invariants refused in the
+    database (reservations.models, migration 0009); None for any other integrity error."""
+    name = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    if name == CARDS_CONSTRAINT:
+        return gettext("Nothing saved: two lots that are not retired would share a GPU on a host.")
+    if name in ("lot_host_kept_while_booked", "host_kind_kept_while_booked"):
+        return gettext(
+            "Nothing saved: a lot carrying current or future bookings keeps its host, and "
+            "its host keeps its kind. Move or settle the bookings first."
+        )
+    if name == "lot_cards_of_booked_retired_lot":
+        return gettext(
+            "Nothing saved: these GPUs belong to a retired lot that still carries bookings."
+        )
+    if name == "host_name_is_dns_labels":
+        return gettext("Nothing saved: this is not a valid host name.")
+    return None
+
+
+class RefusalsAsMessages(admin.ModelAdmin):
+    """A write the database refuses (a concurrent change slipped past the forms' checks)
+    comes back as an error message on the same page, never a 500; the admin's own
+    transaction has rolled everything back."""
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except IntegrityError as exc:
+            return self._refused(request, exc)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        try:
+            return super().changelist_view(request, extra_context)
+        except IntegrityError as exc:
+            return self._refused(request, exc)
+
+    def _refused(self, request: HttpRequest, exc: IntegrityError) -> HttpResponse:
+        message = refusal_of(exc)
+        if message is None:
+            raise exc
+        self.message_user(request, message, messages.ERROR)
+        return redirect(request.get_full_path())
+
+
+class LotInlineFormSet(forms.BaseInlineFormSet):
+    """The host's lots as one form: the rows are checked against each other too (each row's
+    own check only sees the lots already saved)."""
+
+    def clean(self) -> None:
+        super().clean()
+        owner: dict[int, int] = {}
+        for number, form in enumerate(self.forms, start=1):
+            if not form.has_changed() and form.instance.pk is None:
+                continue
+            data = getattr(form, "cleaned_data", None) or {}
+            if data.get("DELETE"):
+                continue
+            gpus = (data.get("gpu_a"), data.get("gpu_b"))
+            if None in gpus or form.instance.status == Lot.Status.RETIRED:
+                continue
+            for gpu in gpus:
+                other = owner.setdefault(gpu, number)  # type: ignore[arg-type]
+                if other != number:
+                    raise ValidationError(
+                        gettext("Rows %(first)s and %(second)s both take GPU %(gpu)s.")
+                        % {"first": other, "second": number, "gpu": gpu}
+                    )
+
+
 class LotInline(admin.TabularInline):
     model = Lot
+    formset = LotInlineFormSet
     extra = 0
     # A lot's status changes on its own page or the Lots list, where the bookings it still
     # carries are shown; a new lot starts active.
@@ -73,7 +154,7 @@ class LotInline(admin.TabularInline):
 
 
 @admin.register(Host)
-class HostAdmin(admin.ModelAdmin):
+class HostAdmin(RefusalsAsMessages):
     list_display = ("name", "kind", "address", "ssh_port", "host_key")
     list_filter = ("kind",)
     search_fields = ("name", "address")
@@ -198,7 +279,7 @@ def bookings_left(lot: Lot, holds: list[Hold]) -> SafeString:
 
 
 @admin.register(Lot)
-class LotAdmin(admin.ModelAdmin):
+class LotAdmin(RefusalsAsMessages):
     list_display = ("__str__", "host", "gpu_a", "gpu_b", "status")
     list_filter = ("status", "host__kind")
     list_editable = ("status",)

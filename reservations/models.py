@@ -7,15 +7,18 @@ code path, admin edit or concurrent worker can give one lot to two overlapping w
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
-from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
+from django.contrib.postgres.fields import DateTimeRangeField, IntegerRangeField, RangeOperators
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q, QuerySet
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 WINDOW_DAYS = (3, 7, 30)
@@ -119,10 +122,34 @@ class Environment(models.Model):
         return self.name
 
 
-class Host(models.Model):
-    """A machine the operator owns, reached over SSH, carrying cards of one kind."""
+HOST_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+"""A host name: DNS labels of lowercase letters, digits and inner hyphens, joined by single
+dots. Written so that Python and PostgreSQL read it alike (the field's validator and the
+table's check constraint): no slash, no "..", nothing a path could climb out with."""
 
-    name = models.CharField(max_length=80, unique=True)
+HOST_NAME = RegexValidator(
+    HOST_NAME_PATTERN,
+    _(
+        "Lowercase letters, digits and hyphens, in labels joined by single dots "
+        "(e.g. gpu-h200-1 or gpu1.lab); a label starts and ends with a letter or digit."
+    ),
+)
+
+
+class Host(models.Model):
+    """A machine the operator owns, reached over SSH, carrying cards of one kind.
+
+    Its kind cannot change while any of its lots carries a live booking (a counting hold
+    whose period has not ended or whose order still holds): a trigger refuses it in the
+    database (migration 0009), ``clean`` says so in a form first.
+    """
+
+    name = models.CharField(
+        max_length=80,
+        unique=True,
+        validators=[HOST_NAME],
+        help_text=_("Also its folder in the local sandbox: DNS labels, e.g. gpu-h200-1"),
+    )
     kind = models.ForeignKey(HardwareKind, on_delete=models.PROTECT, related_name="hosts")
     address = models.CharField(max_length=255, help_text=_("DNS name or IP address"))
     ssh_port = models.PositiveIntegerField(default=22)
@@ -143,13 +170,67 @@ class Host(models.Model):
 
     class Meta:
         ordering = ("name",)
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(name__regex=HOST_NAME_PATTERN),
+                name="host_name_is_dns_labels",
+                violation_error_message=_("This is not a valid host name."),
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        if self.pk is None or self.kind_id is None:
+            return
+        was = Host.objects.filter(pk=self.pk).values_list("kind_id", flat=True).first()
+        if was is not None and was != self.kind_id and live_holds(lot__host_id=self.pk).exists():
+            raise ValidationError(
+                {
+                    "kind": _(
+                        "The kind of a host cannot change while its lots carry current or "
+                        "future bookings: move or settle them first."
+                    )
+                }
+            )
+
+
+CARDS_CONSTRAINT = "lot_cards_not_shared"
+
+
+def cards() -> Func:
+    """A lot's two cards as one value: the multirange {[a, a+1), [b, b+1)}."""
+
+    def card(index: str) -> Func:
+        return Func(F(index), F(index) + 1, function="int4range", output_field=IntegerRangeField())
+
+    return Func(
+        card("gpu_a"), card("gpu_b"), function="int4multirange", output_field=IntegerRangeField()
+    )
+
+
+CARDS_NOT_SHARED = ExclusionConstraint(
+    name=CARDS_CONSTRAINT,
+    expressions=[("host", RangeOperators.EQUAL), (cards(), RangeOperators.OVERLAPS)],
+    condition=~Q(status="retired"),
+    violation_error_message=_(
+        "One of these GPUs already belongs to another lot on this host that is not retired."
+    ),
+)
+"""No two lots that are not retired share a card on a host: their cards ({a} and {b} in one
+multirange) overlap for the same host. A lot in maintenance still owns its cards; a retired
+one gives them up (``Lot.clean`` and a trigger keep a retired lot's bookings in mind)."""
+
 
 class Lot(models.Model):
-    """Two cards on one host, rented together."""
+    """Two cards on one host, rented together.
+
+    The database keeps the inventory straight whatever writes it (the admin's forms and
+    inlines, a shell, a script): no two lots that are not retired share a card on a host
+    (an exclusion constraint), and a lot carrying live bookings keeps its host (a trigger,
+    migration 0009).
+    """
 
     class Status(models.TextChoices):
         ACTIVE = "active", _("active")
@@ -165,8 +246,7 @@ class Lot(models.Model):
         ordering = ("host__name", "gpu_a")
         constraints = [
             models.CheckConstraint(condition=Q(gpu_a__lt=models.F("gpu_b")), name="lot_gpu_order"),
-            models.UniqueConstraint(fields=("host", "gpu_a"), name="lot_gpu_a_unique"),
-            models.UniqueConstraint(fields=("host", "gpu_b"), name="lot_gpu_b_unique"),
+            CARDS_NOT_SHARED,
         ]
 
     def __str__(self) -> str:
@@ -177,17 +257,43 @@ class Lot(models.Model):
         return (self.gpu_a, self.gpu_b)
 
     def clean(self) -> None:
-        if self.gpu_a is None or self.gpu_b is None or self.host_id is None:
-            return
-        if self.gpu_a >= self.gpu_b:
+        if self.gpu_a is not None and self.gpu_b is not None and self.gpu_a >= self.gpu_b:
             raise ValidationError(_("The first GPU index must be lower than the second."))
-        mine = {self.gpu_a, self.gpu_b}
-        for other in Lot.objects.filter(host_id=self.host_id).exclude(pk=self.pk):
-            if mine & {other.gpu_a, other.gpu_b}:
-                raise ValidationError(
-                    _("GPU %(gpus)s on this host already belong to lot %(lot)s.")
-                    % {"gpus": sorted(mine & {other.gpu_a, other.gpu_b}), "lot": other}
-                )
+        if self.host_id is None:
+            return
+        if self.status != Lot.Status.RETIRED and self.gpu_a is not None and self.gpu_b is not None:
+            mine = (self.gpu_a, self.gpu_b)
+            for retired in Lot.objects.filter(
+                Q(gpu_a__in=mine) | Q(gpu_b__in=mine), host_id=self.host_id, status="retired"
+            ).exclude(pk=self.pk):
+                if live_holds(lot=retired).exists():
+                    raise ValidationError(
+                        _(
+                            "Lot %(lot)s is retired but still carries bookings on these GPUs: "
+                            "move or settle them before the cards go to another lot."
+                        )
+                        % {"lot": retired}
+                    )
+        if self.pk is None:
+            return
+        was = Lot.objects.filter(pk=self.pk).values_list("host_id", flat=True).first()
+        if was is not None and was != self.host_id and live_holds(lot_id=self.pk).exists():
+            raise ValidationError(
+                {
+                    "host": _(
+                        "A lot cannot move to another host while it carries current or future "
+                        "bookings: move or settle them first (Bookings on this lot)."
+                    )
+                }
+            )
+
+    def validate_constraints(self, exclude: Collection[str] | None = None) -> None:
+        """The cards' constraint is checked whatever a form leaves out: the host's inline
+        leaves out the host, the Lots list everything but the status."""
+        super().validate_constraints(exclude)
+        skipped = bool(exclude and set(exclude) & {"host", "gpu_a", "gpu_b", "status"})
+        if skipped and None not in (self.host_id, self.gpu_a, self.gpu_b):
+            CARDS_NOT_SHARED.validate(Lot, self)
 
 
 class UsageMode(models.TextChoices):
@@ -444,3 +550,12 @@ class OrderEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.order.reference}: {self.from_status or '∅'} → {self.to_status}"
+
+
+def live_holds(**where: Any) -> QuerySet[Hold]:
+    """Holds that still bind their lot's cards: counting (held or booked) and either not
+    over yet or of an order that still holds (an active grant past its end, not yet closed).
+    The triggers of migration 0009 apply the same rule in SQL."""
+    return Hold.objects.filter(**where, status__in=Hold.COUNTING).filter(
+        Q(period__endswith__gt=timezone.now()) | Q(order__status__in=Order.HOLDING_STATUSES)
+    )
