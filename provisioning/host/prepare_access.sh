@@ -40,6 +40,9 @@ if [[ "${GPULOTS_REAL_ACCOUNTS:-0}" == 1 ]] && ! id "$account" >/dev/null 2>&1; 
         uid=$((uid + 1))
     done
     printf '%s %s\n' "$uid" "$account" >> "$record"  # before useradd: never handed out twice
+    if getent group "$account" >/dev/null; then  # left by a run that failed at useradd
+        groupdel "$account"
+    fi
     groupadd --gid "$uid" "$account"
     useradd --uid "$uid" --gid "$uid" --home-dir "$base/home/$account" --create-home \
         --shell /bin/bash --password '*' "$account"
