@@ -39,11 +39,18 @@ from reservations.models import Host
 HOST_SCRIPTS = Path(__file__).resolve().parent / "host"
 BENCHMARK = Path(__file__).resolve().parent / "validation" / "benchmark.py"
 SCRIPT_TIMEOUT = 120
+REVOKE_TIMEOUT = 600
+"""revoke.sh looks through the host's filesystems for the account's files: more time."""
 BENCHMARK_TIMEOUT = 900
 CARDS = re.compile(r"[0-9]+(,[0-9]+)*")
 HIDDEN = "ROCR_VISIBLE_DEVICES"
 """Removed from the benchmark's environment: HIP reads HIP_VISIBLE_DEVICES as positions in
 the list ROCR_VISIBLE_DEVICES exposes, so both set to "2,3" would show no card at all."""
+
+
+def script_timeout(name: str) -> int:
+    """Seconds host script ``name`` may run."""
+    return REVOKE_TIMEOUT if name == "revoke" else SCRIPT_TIMEOUT
 
 
 class StepFailed(Exception):
@@ -155,7 +162,7 @@ class LocalBackend:
             ["bash", str(HOST_SCRIPTS / f"{name}.sh"), str(self.host_root(host)), *args],
             capture_output=True,
             text=True,
-            timeout=SCRIPT_TIMEOUT,
+            timeout=script_timeout(name),
         )
         if done.returncode != 0:
             raise StepFailed(f"{name}: {done.stderr.strip()[-500:]}")

@@ -38,6 +38,7 @@ from provisioning.backends import (
     StepFailed,
     crash_report,
     is_report,
+    script_timeout,
     still_running,
     visible_devices,
 )
@@ -297,15 +298,22 @@ class SshBackend:
         command = f"env {environment} bash -s -- {shlex.join([self.remote_root, *args])}"
         if self.real_accounts and host.ssh_user != "root":
             command = f"sudo -n {command}"
-        await self._run(session, host, name, command, stdin=script)
+        await self._run(session, host, name, command, stdin=script, timeout=script_timeout(name))
 
     async def _run(
-        self, session: Session, host: Host, step: str, command: str, *, stdin: str | None = None
+        self,
+        session: Session,
+        host: Host,
+        step: str,
+        command: str,
+        *,
+        stdin: str | None = None,
+        timeout: int = SCRIPT_TIMEOUT,
     ) -> str:
         if stdin == "":  # asyncssh sends no end-of-file after an empty input: say it plainly
-            done = await session.run(command, stdin=asyncssh.DEVNULL, timeout=SCRIPT_TIMEOUT)
+            done = await session.run(command, stdin=asyncssh.DEVNULL, timeout=timeout)
         else:
-            done = await session.run(command, input=stdin, timeout=SCRIPT_TIMEOUT)
+            done = await session.run(command, input=stdin, timeout=timeout)
         if done.exit_status != 0:
             error = str(done.stderr or "").strip()[-500:]
             raise StepFailed(f"{step} on {host.name}: exit {done.exit_status}: {error}")

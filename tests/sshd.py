@@ -44,7 +44,9 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_sshd(folder: Path, timeout: float = 20) -> Iterator[Sshd]:
+def start_sshd(folder: Path, timeout: float = 20, *, tenants: bool = False) -> Iterator[Sshd]:
+    """The server, until the generator is closed. ``tenants``: the order accounts (gl-*)
+    log in too, with the keys in their homes, as on a host."""
     if not SSHD.exists():
         raise RuntimeError(f"{SSHD} is missing: `apt-get install openssh-server` (make test does)")
     folder.mkdir(parents=True, exist_ok=True)
@@ -67,6 +69,7 @@ def start_sshd(folder: Path, timeout: float = 20) -> Iterator[Sshd]:
                 "StrictModes no",
                 "PermitRootLogin prohibit-password",
                 "LogLevel VERBOSE",
+                *(["Match User gl-*", "    AuthorizedKeysFile %h/.ssh/authorized_keys"] * tenants),
                 "",
             ]
         )
