@@ -81,7 +81,6 @@ class PlanForm(AccessibleForm):
             "max_value": lazy(
                 lambda: str(MESSAGES["lot_count_above_limit"]) % {"limit": MAX_LOT_COUNT}, str
             )(),
-            "min_value": MESSAGES["invalid_lot_count"],
         },
     )
     window_days = forms.TypedChoiceField(
