@@ -9,6 +9,7 @@ payment mined before the deadline never ends "paid late".
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -16,12 +17,14 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
-from django.test import Client
+from django.test import Client, override_settings
+from django.utils import timezone
 
 from payments import devchain, expiry, services
 from payments.devchain import DevChain
 from payments.models import Asset, Chain, Invoice
 from payments.rpc import RpcUnavailable
+from payments.tasks import scan_open_invoices
 from reservations.models import Hold, Order
 from reservations.services import expire_unpaid_holds
 from tests.conftest import Payments
@@ -289,3 +292,26 @@ def test_a_full_payment_confirming_across_the_deadline_is_paid(
     beat.block_at(beat.deadline + timedelta(minutes=3, seconds=10))
     beat.ticks(until=beat.deadline + timedelta(minutes=4))
     assert beat.state() == (Order.STATUS_PAID, Invoice.STATUS_SETTLED, "")
+
+
+def test_the_scanner_ends_the_holds_it_has_read_up_to(payments: Payments, order: Order) -> None:
+    """Beat's scan task, on the wall clock: after its cycle, the dust-paid order whose
+    deadline it read past is expired, its lot released."""
+    invoice = services.create_invoice(order, payments.usdc)
+    payments.dev.pay_invoice(invoice, Decimal("0.000001"))
+    mined = payments.dev.w3.eth.get_block("latest")["timestamp"]
+    deadline = datetime.fromtimestamp(mined + 1, tz=UTC)
+    Order.objects.filter(pk=order.pk).update(hold_expires_at=deadline)
+    Invoice.objects.filter(pk=invoice.pk).update(expires_at=deadline)
+    while timezone.now() <= deadline:
+        time.sleep(0.1)
+    with override_settings(PAYMENT_BLOCK_PROPAGATION=timedelta(0)):
+        scan_open_invoices()
+    order.refresh_from_db()
+    invoice.refresh_from_db()
+    assert (order.status, invoice.status, invoice.exception) == (
+        Order.STATUS_EXPIRED,
+        Invoice.STATUS_EXPIRED,
+        Invoice.EXCEPTION_PAID_PARTIAL,
+    )
+    assert order.holds.get().status == Hold.Status.RELEASED
