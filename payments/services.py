@@ -432,12 +432,7 @@ def scan_chain(
         # The page says "checking is delayed"; the next cycle starts from the database again.
         Invoice.objects.filter(pk__in=[i.pk for i in invoices]).update(check_delayed=True)
         raise
-    progress: dict[str, object] = {"scanned_block": head}
-    if only is None and complete:
-        # Every block up to the head's time is read, and up to a moment the propagation
-        # delay ago: a block older than that would be on the node (an idle chain has none).
-        progress["read_through"] = max(head_time, now - settings.PAYMENT_BLOCK_PROPAGATION)
-    Chain.objects.filter(pk=chain.pk).update(**progress)
+    Chain.objects.filter(pk=chain.pk).update(scanned_block=head)
     for invoice in invoices:
         # Only invoices whose state can have changed: new transfers, other balances, a
         # pending payment, a deadline passed, a delay to clear, or a direct request.
@@ -459,6 +454,14 @@ def scan_chain(
             )
         ) and recompute(invoice.pk, native=amounts, now=now):
             report.settled.append(invoice.pk)
+    if only is None and complete:
+        # Every block up to the head's time is read, and up to a moment the propagation
+        # delay ago: a block older than that would be on the node (an idle chain has none).
+        # Recorded once the invoices show it: an expiry that sees it sees their amounts.
+        read_through = max(head_time, now - settings.PAYMENT_BLOCK_PROPAGATION)
+        Chain.objects.filter(
+            Q(read_through__isnull=True) | Q(read_through__lt=read_through), pk=chain.pk
+        ).update(read_through=read_through)  # never back (two cycles at once)
     report.rpc_requests = client.requests_made
     return report
 
