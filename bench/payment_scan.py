@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from benchdb import fresh_database, h200_request, median
 
-CONSTANT_REQUESTS = 2  # eth_chainId and eth_blockNumber, whatever the number of invoices
+CONSTANT_REQUESTS = 2  # eth_chainId and the latest block, whatever the number of invoices
 
 
 def main() -> int:

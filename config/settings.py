@@ -307,6 +307,22 @@ PAYMENT_OPEN_INVOICES_PER_ORDER = env_int("PAYMENT_OPEN_INVOICES_PER_ORDER", 3, 
 """At most this many payable invoices (one per coin) per order at once."""
 PAYMENT_COIN_SWITCHES_PER_HOUR = env_int("PAYMENT_COIN_SWITCHES_PER_HOUR", 10, minimum=1)
 """How often an order's coin may be chosen or changed in an hour."""
+PAYMENT_BLOCK_PROPAGATION = timedelta(
+    seconds=env_int("PAYMENT_BLOCK_PROPAGATION_SECONDS", 30, minimum=0)
+)
+"""A block is on the node at most this long after its timestamp: a chain head read this
+long after a deadline has every block up to it (an idle chain mines none after it)."""
+PAYMENT_CONFIRMING_GRACE = timedelta(
+    minutes=env_int("PAYMENT_CONFIRMING_GRACE_MINUTES", 60, minimum=0)
+)
+"""A full payment mined before the hold's deadline keeps the lots while it confirms, at
+most this long after the deadline; then the hold ends and the invoice is flagged."""
+PAYMENT_EXPIRY_MAX_WAIT = timedelta(
+    minutes=env_int("PAYMENT_EXPIRY_MAX_WAIT_MINUTES", 60, minimum=0)
+)
+"""An unpaid order's hold ends only once its invoices' chain has been read up to the
+deadline; a chain that cannot be read is waited for at most this long after it (then the
+hold ends and the invoices are flagged for the operator)."""
 
 # --- Provisioning ---
 PROVISIONING_AUTO_APPROVE = env_bool("PROVISIONING_AUTO_APPROVE", default=False)

@@ -23,8 +23,16 @@ class AssetInline(admin.TabularInline):
 
 @admin.register(Chain)
 class ChainAdmin(admin.ModelAdmin):
-    list_display = ("name", "chain_id", "rpc_url", "confirmations", "scanned_block", "is_active")
-    readonly_fields = ("scanned_block",)
+    list_display = (
+        "name",
+        "chain_id",
+        "rpc_url",
+        "confirmations",
+        "scanned_block",
+        "read_through",
+        "is_active",
+    )
+    readonly_fields = ("scanned_block", "read_through")
     inlines = (AssetInline,)
 
 
@@ -46,8 +54,16 @@ class InvoiceAdmin(admin.ModelAdmin):
         "deposit_address",
         "expires_at",
         "check_delayed",
+        "unverified_at_expiry",
     )
-    list_filter = ("status", "exception", "asset", "check_delayed", "is_current")
+    list_filter = (
+        "status",
+        "exception",
+        "asset",
+        "check_delayed",
+        "unverified_at_expiry",
+        "is_current",
+    )
     search_fields = (
         "order__reference",
         "order__contact_email",

@@ -38,6 +38,14 @@ class Chain(models.Model):
     scanned_block = models.BigIntegerField(
         null=True, blank=True, help_text=_("Highest block the scanner has looked at")
     )
+    read_through = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "Every block up to this moment has been read for every open invoice (the last "
+            "full scan); an order's hold is decided only once this reaches its deadline"
+        ),
+    )
     is_active = models.BooleanField(default=True)
 
     class Meta:
@@ -187,6 +195,21 @@ class Invoice(models.Model):
         default=False, help_text=_("The last check could not reach the chain")
     )
     settled_at = models.DateTimeField(null=True, blank=True)
+    amount_on_time = amount_field(
+        default=0, help_text=_("Received in blocks up to the invoice's deadline (block time)")
+    )
+    deadline_block = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("Native coin: the last block at or before the deadline, once past it"),
+    )
+    unverified_at_expiry = models.BooleanField(
+        default=False,
+        help_text=_(
+            "The order's hold ended before this invoice's payment could be verified (chain "
+            "unreadable, or still confirming): check it by hand"
+        ),
+    )
     is_current = models.BooleanField(default=True, help_text=_("The order's invoice in use"))
 
     class Meta:

@@ -109,6 +109,13 @@ class RpcClient:
     def block_number(self) -> int:
         return int(self.call("eth_blockNumber", []), 16)
 
+    def head(self) -> tuple[int, int]:
+        """The latest block's number and timestamp (seconds), in one call."""
+        block = self.call("eth_getBlockByNumber", ["latest", False])
+        if not block:
+            raise RpcUnavailable(f"{self.url}: no latest block")
+        return int(block["number"], 16), int(block["timestamp"], 16)
+
     def finalized_block_number(self) -> int:
         return int(self.call("eth_getBlockByNumber", ["finalized", False])["number"], 16)
 

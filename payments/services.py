@@ -386,43 +386,53 @@ def open_invoices(chain: Chain, now: datetime | None = None) -> list[Invoice]:
 
 
 def scan_chain(
-    chain: Chain, *, client: RpcClient | None = None, only: list[int] | None = None
+    chain: Chain,
+    *,
+    client: RpcClient | None = None,
+    only: list[int] | None = None,
+    now: datetime | None = None,
 ) -> ScanReport:
     """One scan cycle over the chain's open invoices (or just ``only``).
 
-    RPC cost: one eth_blockNumber, one eth_getLogs per token per chunk of addresses, one
-    balance batch per chunk of native addresses, one block batch to check that the blocks
-    of confirmed transfers are still canonical — never one call per invoice.
+    RPC cost: one eth_chainId, one latest block, one eth_getLogs per token per chunk of
+    addresses, one balance batch per chunk of native addresses, one block batch to check
+    that the blocks of confirmed transfers are still canonical — never one call per invoice
+    (a native invoice past its deadline adds one short search for its deadline block, once).
+    A full cycle (``only`` None) records how far the chain has been read (``read_through``):
+    an order's hold is decided only once that reaches its deadline (payments.expiry).
     Raises RpcUnavailable (the invoices are marked "checking is delayed").
     """
+    now = now or timezone.now()
     report = ScanReport()
-    invoices = open_invoices(chain)
+    invoices = open_invoices(chain, now)
     if only is not None:
         invoices = [i for i in invoices if i.pk in only]
     report.invoices = len(invoices)
     try:
         client = client or client_for(chain)
-        head = client.block_number()
+        head, head_timestamp = client.head()
+        head_time = datetime.fromtimestamp(head_timestamp, tz=UTC)
         confirmed = confirmed_height(chain, client, head)
         by_asset: dict[int, list[Invoice]] = {}
         for invoice in invoices:
             by_asset.setdefault(invoice.asset_id, []).append(invoice)
-        native: dict[int, tuple[int, int]] = {}
+        native: dict[int, tuple[int, int, int]] = {}
         touched: set[int] = set()
+        complete = True  # every log in range was read in a block still canonical
         for group in by_asset.values():
             asset = group[0].asset
             if asset.is_native:
-                native.update(_scan_native(client, group, head, confirmed))
+                native.update(_scan_native(client, group, head, head_time, confirmed))
             else:
-                recorded, changed = _scan_token(client, chain, asset, group, head, confirmed)
+                recorded, changed, whole = _scan_token(client, chain, asset, group, head, confirmed)
                 report.transfers_recorded += recorded
                 touched |= changed
+                complete = complete and whole
     except (RpcUnavailable, ChainMismatch):
         # The page says "checking is delayed"; the next cycle starts from the database again.
         Invoice.objects.filter(pk__in=[i.pk for i in invoices]).update(check_delayed=True)
         raise
     Chain.objects.filter(pk=chain.pk).update(scanned_block=head)
-    now = timezone.now()
     for invoice in invoices:
         # Only invoices whose state can have changed: new transfers, other balances, a
         # pending payment, a deadline passed, a delay to clear, or a direct request.
@@ -435,10 +445,23 @@ def scan_chain(
             or (invoice.status == Invoice.STATUS_NEW and now > invoice.expires_at)
             or (
                 amounts is not None
-                and amounts != (int(invoice.amount_seen), int(invoice.amount_confirmed))
+                and amounts
+                != (
+                    int(invoice.amount_seen),
+                    int(invoice.amount_confirmed),
+                    int(invoice.amount_on_time),
+                )
             )
-        ) and recompute(invoice.pk, native=amounts):
+        ) and recompute(invoice.pk, native=amounts, now=now):
             report.settled.append(invoice.pk)
+    if only is None and complete:
+        # Every block up to the head's time is read, and up to a moment the propagation
+        # delay ago: a block older than that would be on the node (an idle chain has none).
+        # Recorded once the invoices show it: an expiry that sees it sees their amounts.
+        read_through = max(head_time, now - settings.PAYMENT_BLOCK_PROPAGATION)
+        Chain.objects.filter(
+            Q(read_through__isnull=True) | Q(read_through__lt=read_through), pk=chain.pk
+        ).update(read_through=read_through)  # never back (two cycles at once)
     report.rpc_requests = client.requests_made
     return report
 
@@ -454,15 +477,17 @@ def _scan_token(
     invoices: list[Invoice],
     head: int,
     confirmed: int,
-) -> tuple[int, set[int]]:
+) -> tuple[int, set[int], bool]:
     """Record Transfer logs of the asset's own contract into the invoices' addresses.
-    Returns how many were recorded and the invoices whose transfers changed."""
+    Returns how many were recorded, the invoices whose transfers changed, and whether every
+    log was read (False: a block changed while we looked; the next cycle reads it)."""
     # From the oldest open invoice's first block: every transfer that can count is in range,
     # so one that the chain no longer shows has been removed by a reorganisation.
     from_block = min(i.created_block for i in invoices)
     found: list[Transfer] = []
+    complete = True
     if from_block > head:  # a chain younger than our invoices (a reset dev chain)
-        return 0, set()
+        return 0, set(), complete
     for chunk in _chunks(invoices):
         by_address = {i.deposit_address.address.lower(): i for i in chunk}
         logs = client.token_transfers(asset.contract_address, list(by_address), from_block, head)
@@ -475,6 +500,7 @@ def _scan_token(
                 continue  # older than the invoice
             block = blocks.get(entry.block_number)
             if block is None or block["hash"] != entry.block_hash:
+                complete = False
                 continue  # the block changed while we looked: the next cycle sees it settled
             status = (
                 Transfer.STATUS_CONFIRMED
@@ -513,43 +539,93 @@ def _scan_token(
         if (transfer.tx_hash, transfer.log_index) not in kept:
             Transfer.objects.filter(pk=transfer.pk).update(status=Transfer.STATUS_ORPHANED)
             changed.add(transfer.invoice_id)
-    return len(found), changed
+    return len(found), changed, complete
 
 
 def _scan_native(
-    client: RpcClient, invoices: list[Invoice], head: int, confirmed: int
-) -> dict[int, tuple[int, int]]:
+    client: RpcClient, invoices: list[Invoice], head: int, head_time: datetime, confirmed: int
+) -> dict[int, tuple[int, int, int]]:
     """The native coin is credited by balance, so coins sent by a contract count too.
-    Returns (seen, confirmed) amounts per invoice id; the balance at the latest block, and
-    at the confirmed height (re-read every cycle: a reorganisation that removes a payment
-    lowers it again)."""
-    amounts: dict[int, tuple[int, int]] = {}
+    Returns (seen, confirmed, on time) amounts per invoice id: the balance at the latest
+    block, at the confirmed height (re-read every cycle: a reorganisation that removes a
+    payment lowers it again) and at the invoice's deadline block — the last block whose
+    time is at or before its deadline, once the chain is past it (before: all seen is on
+    time). Who pays a block before the deadline has paid on time, whenever we look."""
+    deadline_blocks: dict[int, int] = {}
+    for invoice in invoices:
+        if head_time > invoice.expires_at:
+            if invoice.deadline_block is None:
+                invoice.deadline_block = _block_at(
+                    client, invoice.expires_at, invoice.created_block, head
+                )
+                Invoice.objects.filter(pk=invoice.pk).update(deadline_block=invoice.deadline_block)
+            deadline_blocks[invoice.pk] = invoice.deadline_block
+    amounts: dict[int, tuple[int, int, int]] = {}
     for chunk in _chunks(invoices):
-        addresses = [i.deposit_address.address for i in chunk]
-        found = client.balances(addresses, [confirmed, head])
+        calls: list[tuple[str, list[object]]] = []
         for invoice in chunk:
             address = invoice.deposit_address.address
+            blocks = [confirmed, head]
+            if invoice.pk in deadline_blocks:
+                blocks.append(max(0, deadline_blocks[invoice.pk]))
+            calls += [("eth_getBalance", [address, hex(block)]) for block in blocks]
+        found = iter(int(result, 16) for result in client.batch(calls))
+        for invoice in chunk:
             start = int(invoice.starting_balance)
-            amounts[invoice.pk] = (
-                max(0, found[(address, head)] - start),
-                max(0, found[(address, confirmed)] - start),
-            )
+            at_confirmed, at_head = next(found), next(found)
+            seen = max(0, at_head - start)
+            on_time = seen
+            if invoice.pk in deadline_blocks:
+                at_deadline = next(found)
+                on_time = 0 if deadline_blocks[invoice.pk] < invoice.created_block else at_deadline
+                on_time = max(0, on_time - start)
+            amounts[invoice.pk] = (seen, max(0, at_confirmed - start), on_time)
     return amounts
+
+
+DEADLINE_SEARCH_FANOUT = 16
+"""Blocks probed per request when looking for a deadline's block (log16 of the range)."""
+
+
+def _block_at(client: RpcClient, moment: datetime, low: int, high: int) -> int:
+    """The last block in [low - 1, high] whose timestamp is at or before ``moment``; the
+    head ``high`` is known to be after it. Probes a few blocks per batched request."""
+    limit = moment.timestamp()
+    before, after = low - 1, high
+    while after - before > 1:
+        step = max(1, (after - before) // DEADLINE_SEARCH_FANOUT)
+        probes = list(range(before + step, after, step))
+        found = client.blocks(probes)
+        for number in probes:
+            block = found.get(number)
+            if block is None:
+                raise RpcUnavailable(f"{client.url}: block {number} missing")
+            if int(block["timestamp"], 16) > limit:
+                after = number
+                break
+            before = number
+    return before
 
 
 # --------------------------------------------------------------------------- states
 
 
 def recompute(
-    invoice_id: int, *, native: tuple[int, int] | None = None, now: datetime | None = None
+    invoice_id: int,
+    *,
+    native: tuple[int, int, int] | None = None,
+    now: datetime | None = None,
 ) -> bool:
     """Derive the invoice's state from what the chain showed; True if this call settled it.
 
-    ``native``: (seen, confirmed) amounts a native-coin scan just read. Settling is a
+    ``native``: (seen, confirmed, on time) amounts a native-coin scan just read. What counts
+    is what was mined by the invoice's deadline, by block time — not when we looked: a
+    payment mined before it settles however late the scanner saw it. Settling is a
     conditional update (status not yet settled), done once, and moves the order to "paid"
-    in the same transaction. A payment that arrived after expiry — or after the order's
-    hold was released — is "paid_late": the order is left to the operator (accept if
-    capacity remains, or refund).
+    in the same transaction. Past the deadline with less than due mined by it, the invoice
+    is expired: "paid_late" when money came after the deadline (the order is left to the
+    operator: accept if capacity remains, or refund), "paid_partial" when only part of it
+    came before (to refund). The order itself is decided by payments.expiry.
     """
     now = now or timezone.now()
     order_id = Invoice.objects.values_list("order_id", flat=True).get(pk=invoice_id)
@@ -560,36 +636,38 @@ def recompute(
         if invoice.status in (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID):
             return False
         if invoice.asset.is_native:
-            seen, confirmed = (
-                (Decimal(native[0]), Decimal(native[1]))
+            seen, confirmed, on_time = (
+                (Decimal(native[0]), Decimal(native[1]), Decimal(native[2]))
                 if native is not None
-                else (invoice.amount_seen, invoice.amount_confirmed)
+                else (invoice.amount_seen, invoice.amount_confirmed, invoice.amount_on_time)
             )
-            # First noticed after expiry with nothing seen before: late.
-            late = seen > 0 and (
-                invoice.exception == Invoice.EXCEPTION_PAID_LATE
-                or (now > invoice.expires_at and invoice.amount_seen == 0)
-            )
+            # The balance only grows at a deposit address: what was there by the deadline
+            # and is confirmed is the smaller of the two.
+            on_time_confirmed = min(on_time, confirmed)
         else:
             counted = list(invoice.transfers.exclude(status=Transfer.STATUS_ORPHANED))
             seen = sum((t.amount for t in counted), Decimal(0))
             confirmed = sum(
                 (t.amount for t in counted if t.status == Transfer.STATUS_CONFIRMED), Decimal(0)
             )
-            late = any(t.block_time > invoice.expires_at for t in counted) and not any(
-                t.block_time <= invoice.expires_at for t in counted
+            in_time = [t for t in counted if t.block_time <= invoice.expires_at]
+            on_time = sum((t.amount for t in in_time), Decimal(0))
+            on_time_confirmed = sum(
+                (t.amount for t in in_time if t.status == Transfer.STATUS_CONFIRMED), Decimal(0)
             )
         due = invoice.amount_due
-        if confirmed >= due and not late:
+        if on_time_confirmed >= due:
             status = Invoice.STATUS_SETTLED
             exception = Invoice.EXCEPTION_PAID_OVER if confirmed > due else ""
-        elif seen > 0 and late:
+        elif on_time >= due:
+            status, exception = Invoice.STATUS_PROCESSING, ""  # paid in time, confirming
+        elif seen > on_time:
             status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
-        elif seen > 0:
-            status = Invoice.STATUS_PROCESSING
-            exception = Invoice.EXCEPTION_PAID_PARTIAL if seen < due else ""
         elif now > invoice.expires_at:
-            status, exception = Invoice.STATUS_EXPIRED, ""
+            exception = Invoice.EXCEPTION_PAID_PARTIAL if seen > 0 else ""
+            status = Invoice.STATUS_EXPIRED
+        elif seen > 0:
+            status, exception = Invoice.STATUS_PROCESSING, Invoice.EXCEPTION_PAID_PARTIAL
         else:
             status, exception = Invoice.STATUS_NEW, ""
         if status == Invoice.STATUS_SETTLED:
@@ -606,6 +684,7 @@ def recompute(
             exception=exception,
             amount_seen=seen,
             amount_confirmed=confirmed,
+            amount_on_time=on_time,
             last_checked_at=now,
             check_delayed=False,
             settled_at=now if status == Invoice.STATUS_SETTLED else None,

@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.core.cache import cache
 
-from payments import services
+from payments import expiry, services
 from payments.models import Chain
 from payments.rpc import RpcError, RpcUnavailable
 
@@ -19,8 +19,8 @@ SCAN_LOCK_SECONDS = 120
 @shared_task(name="payments.tasks.scan_open_invoices", acks_late=True)
 def scan_open_invoices() -> int:
     """Beat, every few seconds: one scan cycle per active chain (a chain being scanned by
-    another worker is skipped; its lock expires if that worker died), then the claims'
-    verifications that are due are queued."""
+    another worker is skipped; its lock expires if that worker died) and the expiry of the
+    holds it has now read up to, then the claims' verifications that are due are queued."""
     settled = 0
     for chain in Chain.objects.filter(is_active=True):
         lock = f"payments:scan:{chain.pk}"
@@ -28,6 +28,7 @@ def scan_open_invoices() -> int:
             continue
         try:
             settled += len(services.scan_chain(chain).settled)
+            expiry.expire_due_orders(chain=chain)  # the holds this cycle read up to
             services.refresh_prices(chain)
         except (RpcUnavailable, RpcError, services.ChainMismatch) as exc:
             log.warning("scan delayed", extra={"chain": chain.chain_id, "error": str(exc)})

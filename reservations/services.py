@@ -409,20 +409,21 @@ def _release_holds(order: Order, now: datetime) -> int:
     )
 
 
-def expire_order(order: Order, *, now: datetime | None = None) -> bool:
-    """Expire one unpaid order whose hold time has passed and release its lots.
+def release_unpaid(order: Order, *, now: datetime, reason: str) -> bool:
+    """The expiry itself: an unpaid order whose hold time has passed is expired and its
+    lots released, with ``reason`` in the audit trail and the researcher mailed.
 
     Idempotent and race-safe: only the caller whose conditional update changes the row
-    releases the holds; everyone else gets False.
+    releases the holds; everyone else gets False. Called by payments.expiry.close_at_deadline
+    once the chain has had its say (a payment mined in time keeps the order).
     """
-    now = now or timezone.now()
     with transaction.atomic():
         expired = transition(
             order,
             Order.STATUS_EXPIRED,
             allowed_from=[Order.STATUS_AWAITING_PAYMENT],
             actor=system("expire_unpaid_holds"),
-            reason="payment not received before the hold expired",
+            reason=reason,
             extra_filter={"hold_expires_at__lte": now},
         )
         if expired:
@@ -431,16 +432,25 @@ def expire_order(order: Order, *, now: datetime | None = None) -> bool:
     return expired
 
 
+def expire_order(order: Order, *, now: datetime | None = None) -> bool:
+    """Expire one unpaid order whose hold time has passed and release its lots — unless a
+    payment mined before its deadline (by block time) keeps it, or its invoices' chain has
+    not been read up to the deadline yet (payments.expiry decides). True if this call
+    expired it."""
+    from payments import expiry
+
+    expired = expiry.close_at_deadline(order.pk, now=now) == expiry.EXPIRED
+    if expired:
+        order.status = Order.STATUS_EXPIRED
+    return expired
+
+
 def expire_unpaid_holds(*, now: datetime | None = None, limit: int = 500) -> int:
-    """Expire every unpaid order past its hold time; returns how many this call expired."""
-    now = now or timezone.now()
-    # A payment seen but not yet confirmed keeps the hold until it settles or fails.
-    due = (
-        Order.objects.filter(status=Order.STATUS_AWAITING_PAYMENT, hold_expires_at__lte=now)
-        .exclude(invoices__status="processing")
-        .order_by("hold_expires_at")[:limit]
-    )
-    return sum(1 for order in due if expire_order(order, now=now))
+    """Expire every unpaid order past its hold time that no payment mined in time keeps
+    (payments.expiry); returns how many this call expired."""
+    from payments import expiry
+
+    return expiry.expire_due_orders(now=now, limit=limit)
 
 
 CANCELLABLE = (Order.STATUS_AWAITING_PAYMENT, Order.STATUS_PAID)
