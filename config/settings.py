@@ -267,8 +267,9 @@ RESERVATION_HOLD_DURATION = timedelta(minutes=env_int("RESERVATION_HOLD_MINUTES"
 RESERVATION_UNCONFIRMED_HOLD = timedelta(
     minutes=env_int("RESERVATION_UNCONFIRMED_HOLD_MINUTES", 20, minimum=1)
 )
-"""How long a guest's order keeps its lots until its contact address is confirmed (or a
-payment is seen); then the full hold, counted from the booking."""
+"""How long a guest's order keeps its lots until its contact address is confirmed (a full
+payment mined before then keeps them while it confirms); then the full hold, counted from
+the booking."""
 RESERVATION_UNPAID_ORDERS_PER_CLIENT = env_int("RESERVATION_UNPAID_ORDERS_PER_CLIENT", 5, minimum=1)
 """Unpaid orders one client (network address) may hold at once."""
 RESERVATION_UNPAID_ORDERS_PER_MAILBOX = env_int(

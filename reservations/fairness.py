@@ -12,7 +12,8 @@ orders sharing any of these belong to one party. While a party's orders are unpa
   lot-days over the booking horizon — or one lot for the longest window, where the kind is
   so small that the share would forbid any long booking;
 - a guest's hold is short (``RESERVATION_UNCONFIRMED_HOLD_MINUTES``) until its contact
-  address proves itself by the link mailed to it, or a payment is seen.
+  address proves itself by the link mailed to it (a full payment mined before the
+  deadline keeps the lots while it confirms, payments.expiry).
 
 The check runs in the placing transaction under an advisory lock per key of the party, so
 concurrent requests of one party are counted one after the other: a burst cannot pass the
