@@ -307,6 +307,9 @@ PAYMENT_OPEN_INVOICES_PER_ORDER = env_int("PAYMENT_OPEN_INVOICES_PER_ORDER", 3, 
 """At most this many payable invoices (one per coin) per order at once."""
 PAYMENT_COIN_SWITCHES_PER_HOUR = env_int("PAYMENT_COIN_SWITCHES_PER_HOUR", 10, minimum=1)
 """How often an order's coin may be chosen or changed in an hour."""
+PAYMENT_ASSET_CHECK_SECONDS = env_int("PAYMENT_ASSET_CHECK_SECONDS", 300, minimum=1)
+"""How long a check of a coin's configuration against its contract (chain id, decimals,
+symbol) is reused before the next invoice in it asks the node again."""
 
 # --- Provisioning ---
 PROVISIONING_AUTO_APPROVE = env_bool("PROVISIONING_AUTO_APPROVE", default=False)
