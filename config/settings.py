@@ -324,6 +324,9 @@ PAYMENT_EXPIRY_MAX_WAIT = timedelta(
 """An unpaid order's hold ends only once its invoices' chain has been read up to the
 deadline; a chain that cannot be read is waited for at most this long after it (then the
 hold ends and the invoices are flagged for the operator)."""
+PAYMENT_ASSET_CHECK_SECONDS = env_int("PAYMENT_ASSET_CHECK_SECONDS", 300, minimum=1)
+"""How long a check of a coin's configuration against its contract (chain id, decimals,
+symbol) is reused before the next invoice in it asks the node again."""
 
 # --- Provisioning ---
 PROVISIONING_AUTO_APPROVE = env_bool("PROVISIONING_AUTO_APPROVE", default=False)

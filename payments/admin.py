@@ -5,19 +5,66 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
+from django.forms.models import construct_instance
 from django.http import HttpRequest, HttpResponse
 
-from payments import services
+from payments import integrity, services
 from payments.models import Asset, Chain, Invoice, Transfer
+from payments.rpc import RpcError, RpcUnavailable
 from reservations.admin import ReadOnlyInline, ask_reason
 from reservations.errors import BookingRefused, LotUnavailable
 from reservations.services import Actor
 
 
+class AssetForm(forms.ModelForm):
+    """An active coin on an active chain is saved only if the chain agrees with it (chain id,
+    contract code, decimals, symbol: integrity.verify_asset); an inactive one saves freely —
+    it cannot be invoiced, and is checked when it is activated."""
+
+    class Meta:
+        model = Asset
+        fields = (
+            "chain",
+            "symbol",
+            "contract_address",
+            "decimals",
+            "price_feed_address",
+            "feed_max_age_seconds",
+            "invoice_minutes",
+            "is_active",
+            "display_order",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors or not data.get("chain"):
+            return data
+        candidate = construct_instance(self, Asset(pk=self.instance.pk))
+        if not (candidate.is_active and candidate.chain.is_active):
+            return data
+        try:
+            integrity.verify_asset(candidate)
+        except integrity.AssetMismatch as exc:
+            raise ValidationError(
+                [f"The chain contradicts this configuration: {p}." for p in exc.problems]
+                + ["Nothing was saved."]
+            ) from None
+        except (RpcUnavailable, RpcError) as exc:
+            raise ValidationError(
+                f"The node {candidate.chain.rpc_url} cannot be asked ({exc}), so this coin "
+                "cannot be checked against its contract and was not saved. Save it inactive, "
+                "and activate it once the node answers."
+            ) from None
+        return data
+
+
 class AssetInline(admin.TabularInline):
     model = Asset
+    form = AssetForm
     extra = 0
 
 
@@ -34,6 +81,14 @@ class ChainAdmin(admin.ModelAdmin):
     )
     readonly_fields = ("scanned_block", "read_through")
     inlines = (AssetInline,)
+
+
+@admin.register(Asset)
+class AssetAdmin(admin.ModelAdmin):
+    form = AssetForm
+    list_display = ("symbol", "chain", "contract_address", "decimals", "is_active")
+    list_filter = ("chain", "is_active")
+    list_select_related = ("chain",)
 
 
 class TransferInline(ReadOnlyInline):

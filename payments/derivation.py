@@ -7,12 +7,13 @@ the operator's wallet shows for that index. bip_utils does the derivation.
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 
 from bip_utils import Bip44, Bip44Changes, Bip44Coins, Bip44Levels  # type: ignore[import-untyped]
 from django.conf import settings
 from django.core.checks import Error, register
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 
 from payments.models import Chain, DepositAddress
@@ -41,14 +42,39 @@ def address_at(index: int, xpub: str | None = None) -> str:
     return str(account.Change(Bip44Changes.CHAIN_EXT).AddressIndex(index).PublicKey().ToAddress())
 
 
+def fingerprint(xpub: str | None = None) -> str:
+    """What identifies the key (its chain code and public key, hashed): the index space."""
+    key = _account(xpub or settings.PAYMENT_XPUB).PublicKey().Bip32Key()
+    raw = key.ChainCode().ToBytes() + key.RawCompressed().ToBytes()
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
 def new_deposit_address(chain: Chain) -> DepositAddress:
-    """The next never-used address on ``chain``. Locks the chain's row while counting."""
+    """The next never-used address of the key, to be watched on ``chain``.
+
+    One index space across all chains (an EVM address is the same on each): the next index
+    after the highest the key has used anywhere — and after every index of the rows made
+    before that rule, which may repeat across chains. A transaction-level advisory lock
+    serialises the count; the unique constraints (key, index) and (address) back it up.
+    """
+    xpub_fingerprint = fingerprint()
     with transaction.atomic():
-        # Locks: this chain's row, so two invoices never take the same index.
-        Chain.objects.select_for_update().filter(pk=chain.pk).first()
-        highest = DepositAddress.objects.filter(chain=chain).aggregate(top=Max("index"))["top"]
-        index = 0 if highest is None else highest + 1
-        return DepositAddress.objects.create(chain=chain, index=index, address=address_at(index))
+        # Locks: the key's index space (an advisory lock, until the transaction ends).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"payments:deposit-index:{xpub_fingerprint}"],
+            )
+        used = DepositAddress.objects.filter(xpub_fingerprint=xpub_fingerprint)
+        legacy = DepositAddress.objects.filter(xpub_fingerprint="")
+        tops = [rows.aggregate(top=Max("index"))["top"] for rows in (used, legacy)]
+        index = max((top + 1 for top in tops if top is not None), default=0)
+        return DepositAddress.objects.create(
+            chain=chain,
+            index=index,
+            address=address_at(index),
+            xpub_fingerprint=xpub_fingerprint,
+        )
 
 
 @register()

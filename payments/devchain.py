@@ -122,6 +122,24 @@ class DevChain:
                 .transact({"from": DEPLOYER})
             )
 
+    def deploy_token(self, name: str, symbol: str, decimals: int, *, mint: int = 0) -> str:
+        """One more TestToken (``mint`` base units to the payer); its address."""
+        w3 = self.w3
+        factory = w3.eth.contract(
+            abi=ARTIFACTS["TestToken"]["abi"], bytecode=ARTIFACTS["TestToken"]["bytecode"]
+        )
+        receipt = self.wait(
+            factory.constructor(name, symbol, decimals).transact({"from": DEPLOYER})
+        )
+        address = str(receipt["contractAddress"])
+        if mint:
+            self.wait(
+                self.contract("TestToken", address)
+                .functions.mint(PAYER, mint)
+                .transact({"from": DEPLOYER})
+            )
+        return address
+
     def mine(self, blocks: int = 1) -> None:
         self.w3.provider.make_request("anvil_mine", [hex(blocks)])  # type: ignore[arg-type]
 

@@ -107,16 +107,46 @@ class Asset(models.Model):
 
 
 class DepositAddress(models.Model):
-    """An address derived from the operator's extended public key; one invoice, ever."""
+    """An address derived from the operator's extended public key; one invoice, ever.
+
+    One index space for all EVM chains: an EVM address is the same on every chain, so index
+    i of one key is used on one chain only (a payment sent on the wrong network can never
+    reach another order's invoice). Rows made before that rule (``xpub_fingerprint`` empty)
+    may share an index across chains; the allocator never hands out their indexes again.
+    """
 
     chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="addresses")
     index = models.PositiveIntegerField(help_text=_("BIP44 address index under m/…/0"))
     address = models.CharField(max_length=42)
+    xpub_fingerprint = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        help_text=_(
+            "The extended public key it was derived from (a hash); empty: made before "
+            "one index space for all chains"
+        ),
+    )
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=("chain", "index"), name="deposit_index_unique"),
             models.UniqueConstraint(fields=("chain", "address"), name="deposit_address_unique"),
+            models.UniqueConstraint(
+                fields=("xpub_fingerprint", "index"),
+                condition=~Q(xpub_fingerprint=""),
+                name="deposit_index_one_space",
+            ),
+            models.UniqueConstraint(
+                fields=("address",),
+                condition=~Q(xpub_fingerprint=""),
+                name="deposit_address_one_chain",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=("index",), condition=Q(xpub_fingerprint=""), name="deposit_legacy_index_idx"
+            )
         ]
 
     def __str__(self) -> str:

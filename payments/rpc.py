@@ -17,6 +17,7 @@ TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523
 """keccak256("Transfer(address,address,uint256)")."""
 LATEST_ROUND_DATA = "0xfeaf968c"  # latestRoundData()
 DECIMALS = "0x313ce567"  # decimals()
+SYMBOL = "0x95d89b41"  # symbol()
 
 
 class RpcUnavailable(Exception):
@@ -169,3 +170,7 @@ class RpcClient:
 
     def eth_call(self, to: str, data: str) -> str:
         return str(self.call("eth_call", [{"to": to, "data": data}, "latest"]))
+
+    def code(self, address: str) -> str:
+        """The contract code at ``address`` ("0x": none, an account or nothing)."""
+        return str(self.call("eth_getCode", [address, "latest"]))

@@ -18,11 +18,12 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from payments import derivation
+from payments import derivation, integrity
 from payments.models import Asset, Chain, CoinChoice, Invoice, Transfer
 from payments.prices import PriceUnavailable, usd_per_unit
 from payments.rpc import RpcClient, RpcError, RpcUnavailable
@@ -76,7 +77,11 @@ def offered_assets() -> list[Asset]:
     offered: list[Asset] | None = cache.get(OFFERED_KEY)
     if offered is None:
         active = Asset.objects.filter(is_active=True, chain__is_active=True).select_related("chain")
-        offered = [a for a in active if not a.is_native or cache.get(_price_key(a))]
+        offered = [
+            a
+            for a in active
+            if (not a.is_native or cache.get(_price_key(a))) and not integrity.known_mismatch(a)
+        ]
         cache.set(OFFERED_KEY, offered, OFFERED_SECONDS)
     return offered
 
@@ -123,13 +128,22 @@ def create_invoice(order: Order, asset: Asset, *, client: RpcClient | None = Non
     concurrent switches cannot pass them, and a refused switch changes nothing. A superseded
     invoice stays watched until its monitoring window ends: money sent to it is not lost.
 
-    Also refuses (BookingRefused) when the order no longer awaits payment, when a payment to
-    the current invoice is already under way, or when the asset cannot be priced.
+    Also refuses (BookingRefused) when the order no longer awaits payment, when the asset or
+    its chain is not active (whatever the form offered), when a payment to the current invoice
+    is already under way, when the asset's configuration contradicts its contract (decimals,
+    symbol, chain id: integrity.check_before_invoicing) or when it cannot be priced.
     """
+    asset = Asset.objects.select_related("chain").get(pk=asset.pk)  # as configured now
     chosen = _choose(order, asset, priced=None)
     if chosen is not None:
         return chosen
     client = client or client_for(asset.chain)
+    try:
+        integrity.check_before_invoicing(asset, client)
+    except integrity.AssetMismatch:
+        cache.delete(OFFERED_KEY)
+        misconfigured = ValidationError(integrity.ASSET_MISCONFIGURED, code="asset_misconfigured")
+        raise BookingRefused({"asset": [misconfigured]}) from None
     try:
         rate = usd_per_unit(asset, client)
     except PriceUnavailable:
@@ -143,10 +157,12 @@ def _choose(order: Order, asset: Asset, *, priced: _Priced | None) -> Invoice | 
     """One locked decision of create_invoice; None: it needs ``priced`` (nothing changed)."""
     now = timezone.now()
     with transaction.atomic():
-        # Locks: the order's row, then (in new_deposit_address) the chain's row.
+        # Locks: the order's row, then (in new_deposit_address) the key's index space.
         locked = Order.objects.select_for_update().get(pk=order.pk)
         if locked.status != Order.STATUS_AWAITING_PAYMENT:
             raise BookingRefused({"asset": [refusal("not_awaiting_payment")]})
+        if not Asset.objects.filter(pk=asset.pk, is_active=True, chain__is_active=True).exists():
+            raise BookingRefused({"asset": [refusal("invalid_choice")]})
         invoices = Invoice.objects.filter(order=locked)
         current = invoices.filter(is_current=True).first()
         if current is not None:
@@ -625,7 +641,10 @@ def recompute(
     in the same transaction. Past the deadline with less than due mined by it, the invoice
     is expired: "paid_late" when money came after the deadline (the order is left to the
     operator: accept if capacity remains, or refund), "paid_partial" when only part of it
-    came before (to refund). The order itself is decided by payments.expiry.
+    came before (to refund). The order itself is decided by payments.expiry. A payment in
+    a coin or on a chain that is no longer active is recorded, but held (waiting, then
+    "paid_late" after the deadline) and never settled by itself; the operator is told
+    (integrity.alert_held).
     """
     now = now or timezone.now()
     order_id = Invoice.objects.values_list("order_id", flat=True).get(pk=invoice_id)
@@ -670,6 +689,14 @@ def recompute(
             status, exception = Invoice.STATUS_PROCESSING, Invoice.EXCEPTION_PAID_PARTIAL
         else:
             status, exception = Invoice.STATUS_NEW, ""
+        held = status == Invoice.STATUS_SETTLED and not integrity.accepting(invoice)
+        if held:
+            # Its chain or coin was turned off (a retired network's tokens may cost nothing):
+            # recorded and watched, never settled by itself; the operator decides.
+            if now > invoice.expires_at:
+                status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
+            else:
+                status = Invoice.STATUS_PROCESSING
         if status == Invoice.STATUS_SETTLED:
             symbol = invoice.asset.symbol
             paid = reservations.mark_paid(
@@ -689,6 +716,8 @@ def recompute(
             check_delayed=False,
             settled_at=now if status == Invoice.STATUS_SETTLED else None,
         )
+    if held:
+        integrity.alert_held(invoice)
     if status == Invoice.STATUS_SETTLED:
         log.info("invoice settled", extra={"invoice": invoice.pk, "order": order.reference})
         from provisioning.services import auto_approve

@@ -6,9 +6,11 @@ import logging
 
 from celery import shared_task
 from django.core.cache import cache
+from django.db.models import Q
+from django.utils import timezone
 
 from payments import expiry, services
-from payments.models import Chain
+from payments.models import Chain, Invoice
 from payments.rpc import RpcError, RpcUnavailable
 
 log = logging.getLogger(__name__)
@@ -18,18 +20,25 @@ SCAN_LOCK_SECONDS = 120
 
 @shared_task(name="payments.tasks.scan_open_invoices", acks_late=True)
 def scan_open_invoices() -> int:
-    """Beat, every few seconds: one scan cycle per active chain (a chain being scanned by
-    another worker is skipped; its lock expires if that worker died) and the expiry of the
-    holds it has now read up to, then the claims' verifications that are due are queued."""
+    """Beat, every few seconds: one scan cycle per active chain — and per inactive one while
+    invoices made on it are watched, so that money sent there is recorded (never settled:
+    services.recompute) — (a chain being scanned by another worker is skipped; its lock
+    expires if that worker died) and the expiry of the holds it has now read up to, then
+    the claims' verifications that are due are queued."""
     settled = 0
-    for chain in Chain.objects.filter(is_active=True):
+    watched = Invoice.objects.filter(monitor_until__gt=timezone.now()).exclude(
+        status__in=(Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID)
+    )
+    chains = Chain.objects.filter(Q(is_active=True) | Q(pk__in=watched.values("asset__chain")))
+    for chain in chains:
         lock = f"payments:scan:{chain.pk}"
         if not cache.add(lock, "1", timeout=SCAN_LOCK_SECONDS):
             continue
         try:
             settled += len(services.scan_chain(chain).settled)
             expiry.expire_due_orders(chain=chain)  # the holds this cycle read up to
-            services.refresh_prices(chain)
+            if chain.is_active:
+                services.refresh_prices(chain)
         except (RpcUnavailable, RpcError, services.ChainMismatch) as exc:
             log.warning("scan delayed", extra={"chain": chain.chain_id, "error": str(exc)})
         finally:

@@ -317,7 +317,10 @@ def test_it_refuses_more_open_invoices_than_allowed(
 ) -> None:
     settings.PAYMENT_OPEN_INVOICES_PER_ORDER = 2
     dai = Asset.objects.create(
-        chain=payments.chain, symbol="DAI", contract_address=devchain.FAKE_USDC, decimals=6
+        chain=payments.chain,
+        symbol="DAI",
+        contract_address=payments.dev.deploy_token("Dai", "DAI", 6),
+        decimals=6,
     )
     first = services.create_invoice(order, payments.usdc)
     services.create_invoice(order, payments.eth)

@@ -37,6 +37,7 @@ from tests.reservations.test_booking_pages import book_until_review, start_day
 
 pytestmark = pytest.mark.django_db
 
+
 @pytest.fixture(autouse=True)
 def in_english() -> Iterator[None]:
     """The refusals are in the active language; these tests read the English ones."""
