@@ -228,3 +228,43 @@ def test_a_researcher_pays_and_watches_it_settle_without_reloading(
     assert page.evaluate("window.stillTheSamePage") is True  # updated in place
     shots(page, "settled")
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID
+
+
+@pytest.mark.parametrize(("language", "device"), [("en", "page"), ("de", "phone")])
+def test_a_guest_confirms_the_address_from_the_mail_and_keeps_the_lots(
+    request: pytest.FixtureRequest,
+    live_server: Any,
+    shots: Shots,
+    eager_tasks: None,
+    language: str,
+    device: str,
+) -> None:
+    from django.conf import settings
+
+    browser_page: Page = request.getfixturevalue(device)
+    build_inventory()
+    browser_page.goto(f"{live_server.url}/{language}/book/")
+    fill_plan(browser_page)
+    submit(browser_page)
+    fill_contact(browser_page, openssh_public_key())
+    submit(browser_page)
+    submit(browser_page, "form.actions button[type=submit]")
+    order = Order.objects.get()
+    notice = browser_page.get_by_test_id("unconfirmed")
+    expect(notice).to_contain_text("ada@example.org")
+    shots(browser_page, "order-unconfirmed")
+    assert order.hold_expires_at <= timezone.now() + settings.RESERVATION_UNCONFIRMED_HOLD
+
+    (message,) = mail.outbox
+    link = next(line for line in message.body.splitlines() if "/confirm/" in line).strip()
+    assert link.startswith(settings.SITE_URL)
+    browser_page.goto(live_server.url + link.removeprefix(settings.SITE_URL))
+    expect(browser_page.locator("h1")).to_be_visible()
+    shots(browser_page, "confirm")
+    submit(browser_page)
+    expect(browser_page.locator("main")).to_contain_text(order.reference)
+    expect(browser_page.get_by_test_id("unconfirmed")).to_have_count(0)
+    shots(browser_page, "order-confirmed")
+    order.refresh_from_db()
+    assert order.contact_confirmed_at is not None
+    assert order.hold_expires_at == order.created_at + settings.RESERVATION_HOLD_DURATION

@@ -336,7 +336,7 @@ def test_a_user_holds_at_most_the_configured_number_of_active_tokens(
 
 @pytest.mark.parametrize(
     ("language", "text"),
-    [("en", "At most 64 lots per order."), ("de", "Höchstens 64 Lots je Bestellung.")],
+    [("en", "At most 64 lots per order."), ("de", "Höchstens 64 Lose je Bestellung.")],
 )
 def test_the_plan_form_says_the_lot_bound_in_the_page_language(
     client: Client, inventory: Inventory, language: str, text: str
