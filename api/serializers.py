@@ -9,6 +9,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from payments.models import Invoice
+from payments.services import CLAIM_RESULTS
 from provisioning.models import ProvisioningJob
 from reservations.models import (
     Environment,
@@ -231,6 +232,22 @@ class InvoiceSerializer(serializers.ModelSerializer):
     amount_due = serializers.CharField(help_text="In base units (wei, 10⁻⁶ USDC)")
     amount_seen = serializers.CharField()
     amount_confirmed = serializers.CharField()
+    amount_to_refund = serializers.CharField(
+        help_text="Confirmed money beyond what the invoice keeps, to be sent back (base units): "
+        "beyond the amount due once settled; all of it when the invoice expired or the order "
+        "is paid by another invoice"
+    )
+    claim_result = serializers.ChoiceField(
+        choices=[("", "no transaction named, or not checked yet"), *CLAIM_RESULTS.items()],
+        read_only=True,
+        help_text="What the transaction named in the claim did for this invoice: "
+        + "; ".join(f"`{code}`: {meaning}" for code, meaning in CLAIM_RESULTS.items()),
+    )
+    claim_amount = serializers.CharField(
+        allow_null=True,
+        read_only=True,
+        help_text="With `pays_invoice`: the base units that transaction pays this invoice",
+    )
     confirmations = serializers.SerializerMethodField()
     confirmations_needed = serializers.IntegerField(source="asset.chain.confirmations")
 
@@ -246,6 +263,7 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "amount_due",
             "amount_seen",
             "amount_confirmed",
+            "amount_to_refund",
             "usd_due",
             "usd_per_unit",
             "status",
@@ -257,6 +275,7 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "claimed_at",
             "claim_tx_hash",
             "claim_result",
+            "claim_amount",
         )
 
     def get_confirmations(self, invoice: Invoice) -> int:

@@ -57,9 +57,9 @@ def main() -> int:
         starts_at = timezone.now() + timedelta(days=2)
         cycles = []
         for size in sizes:
-            Invoice.objects.filter(status__in=Invoice.OPEN_STATUSES).update(
-                status=Invoice.STATUS_INVALID
-            )
+            # Each size alone: earlier invoices leave their monitoring window (settled ones
+            # are watched too until it ends).
+            Invoice.objects.update(monitor_until=timezone.now())
             invoices = []
             for i in range(size):
                 order = place_order(h200_request(starts_at, lot_count=1, window_days=3))
@@ -98,9 +98,7 @@ def main() -> int:
                 stop.wait(interval)
             connections.close_all()
 
-        Invoice.objects.filter(status__in=Invoice.OPEN_STATUSES).update(
-            status=Invoice.STATUS_INVALID
-        )
+        Invoice.objects.update(monitor_until=timezone.now())
         thread = threading.Thread(target=scanner, daemon=True)
         thread.start()
         latencies = []

@@ -16,7 +16,7 @@ from payments import integrity, services
 from payments.models import Asset, Chain, Invoice, Transfer
 from payments.rpc import RpcError, RpcUnavailable
 from reservations.admin import ReadOnlyInline, ask_reason
-from reservations.errors import BookingRefused, LotUnavailable
+from reservations.errors import BookingRefused, InvalidTransition, LotUnavailable
 from reservations.services import Actor
 
 
@@ -97,6 +97,23 @@ class TransferInline(ReadOnlyInline):
     readonly_fields = fields
 
 
+class RefundOwedFilter(admin.SimpleListFilter):
+    title = "refund owed"
+    parameter_name = "refund_owed"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
+        return [("yes", "Money to send back"), ("no", "Nothing to send back")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Invoice]) -> QuerySet[Invoice]:
+        if self.value() == "yes":
+            return queryset.filter(amount_to_refund__gt=0)
+        if self.value() == "no":
+            return queryset.filter(amount_to_refund=0)
+        return queryset
+
+
 @admin.register(Invoice)
 class InvoiceAdmin(admin.ModelAdmin):
     list_display = (
@@ -106,12 +123,14 @@ class InvoiceAdmin(admin.ModelAdmin):
         "exception",
         "amount_due",
         "amount_confirmed",
+        "amount_to_refund",
         "deposit_address",
         "expires_at",
         "check_delayed",
         "unverified_at_expiry",
     )
     list_filter = (
+        RefundOwedFilter,
         "status",
         "exception",
         "asset",
@@ -132,6 +151,7 @@ class InvoiceAdmin(admin.ModelAdmin):
 
     @admin.action(description="Accept late payments (books the window again if lots are free)")
     def accept_late_payments(self, request: HttpRequest, queryset: QuerySet[Invoice]) -> None:
+        """One answer per invoice: accepted, or why not (nothing changed for that one)."""
         actor = Actor.of(request.user)  # type: ignore[arg-type]
         for invoice in queryset:
             try:
@@ -142,6 +162,8 @@ class InvoiceAdmin(admin.ModelAdmin):
                 self.message_user(
                     request, f"{invoice}: the lots are taken now — refund instead.", messages.ERROR
                 )
+            except InvalidTransition as exc:
+                self.message_user(request, f"{invoice}: {exc}", messages.ERROR)
             else:
                 self.message_user(request, f"{invoice}: accepted; the order is paid.")
 

@@ -8,7 +8,7 @@ index), so one transfer can never be credited twice.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Context, Decimal, Inexact, InvalidOperation, Rounded
 from typing import Any
 
 from django.db import models
@@ -21,6 +21,20 @@ from reservations.models import Order
 def amount_field(**options: Any) -> models.DecimalField[Decimal, Decimal]:
     """Token amounts in base units (wei, 10⁻⁶ USDC): up to 2²⁵⁶, never rounded."""
     return models.DecimalField(max_digits=78, decimal_places=0, **options)
+
+
+EXACT = Context(prec=200, traps=[Inexact, Rounded, InvalidOperation])
+"""Decimal arithmetic on amounts that can never round: 200 digits hold any uint256 scaled by
+any decimals, and an operation that would round raises instead. Sums of base units are
+done with Python ints (or in SQL); never with the default context's 28 digits."""
+
+
+def units(value: int | Decimal) -> int:
+    """A stored amount (NUMERIC(78,0)) as the exact integer of base units it is."""
+    number = int(value)
+    if number != value:
+        raise ValueError(f"{value!r} is not a whole number of base units")
+    return number
 
 
 class Chain(models.Model):
@@ -100,10 +114,12 @@ class Asset(models.Model):
         return not self.contract_address
 
     def to_units(self, amount: Decimal) -> int:
-        return int(amount * (Decimal(10) ** self.decimals))
+        """Whole base units of ``amount`` (exact; a fraction of a unit is dropped)."""
+        return int(EXACT.multiply(Decimal(amount), EXACT.power(10, self.decimals)))
 
     def from_units(self, units: int | Decimal) -> Decimal:
-        return Decimal(units) / (Decimal(10) ** self.decimals)
+        """Exact: 2²⁰⁰ base units keep all their 61 digits."""
+        return EXACT.divide(Decimal(units), EXACT.power(10, self.decimals))
 
 
 class DepositAddress(models.Model):
@@ -206,7 +222,14 @@ class Invoice(models.Model):
     monitor_until = models.DateTimeField(help_text=_("Payments are still watched for until then"))
     claimed_at = models.DateTimeField(null=True, blank=True)
     claim_tx_hash = models.CharField(max_length=66, blank=True)
-    claim_result = models.CharField(max_length=300, blank=True)
+    claim_result = models.CharField(
+        max_length=300, blank=True, help_text=_("What the claimed transaction did (a code)")
+    )
+    claim_amount = amount_field(
+        null=True,
+        blank=True,
+        help_text=_("What the claimed transaction pays this invoice (base units)"),
+    )
     claim_checked_at = models.DateTimeField(
         null=True, blank=True, help_text=_("When the claim was last verified on-chain")
     )
@@ -240,6 +263,17 @@ class Invoice(models.Model):
             "unreadable, or still confirming): check it by hand"
         ),
     )
+    amount_to_refund = amount_field(
+        default=0,
+        help_text=_(
+            "Confirmed money beyond what this invoice keeps, still to send back (base units): "
+            "beyond the amount due on a settled invoice; all of it on an expired one, or on a "
+            "second invoice of an order already paid"
+        ),
+    )
+    amount_refunded = amount_field(
+        default=0, help_text=_("What the operator recorded as sent back (base units)")
+    )
     is_current = models.BooleanField(default=True, help_text=_("The order's invoice in use"))
 
     class Meta:
@@ -267,7 +301,7 @@ class Invoice(models.Model):
 
     @property
     def amount_outstanding(self) -> Decimal:
-        return max(Decimal(0), self.amount_due - self.amount_seen)
+        return Decimal(max(0, units(self.amount_due) - units(self.amount_seen)))
 
 
 class CoinChoice(models.Model):

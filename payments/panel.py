@@ -17,6 +17,8 @@ class Panel:
     amount_due: Decimal
     amount_seen: Decimal
     outstanding: Decimal
+    to_refund: Decimal
+    claim_amount: Decimal | None
     confirmations: int
     confirmations_needed: int
     qr_svg: str
@@ -56,6 +58,10 @@ def panel_for(invoice: Invoice) -> Panel:
         amount_due=asset.from_units(invoice.amount_due),
         amount_seen=asset.from_units(invoice.amount_seen),
         outstanding=asset.from_units(invoice.amount_outstanding),
+        to_refund=asset.from_units(invoice.amount_to_refund),
+        claim_amount=(
+            None if invoice.claim_amount is None else asset.from_units(invoice.claim_amount)
+        ),
         confirmations=confirmations(invoice),
         confirmations_needed=chain.confirmations,
         qr_svg=qr.svg_inline(scale=4, dark="#1b1d22", light="#ffffff"),

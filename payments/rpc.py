@@ -168,6 +168,16 @@ class RpcClient:
         result: dict[str, Any] | None = self.call("eth_getTransactionReceipt", [tx_hash])
         return result
 
+    def transaction_and_receipt(
+        self, tx_hash: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The transaction (None: unknown to the node) and its receipt (None: not mined
+        yet, or unknown), in one request."""
+        tx, receipt = self.batch(
+            [("eth_getTransactionByHash", [tx_hash]), ("eth_getTransactionReceipt", [tx_hash])]
+        )
+        return tx, receipt
+
     def eth_call(self, to: str, data: str) -> str:
         return str(self.call("eth_call", [{"to": to, "data": data}, "latest"]))
 

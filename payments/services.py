@@ -24,9 +24,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from payments import derivation, integrity
-from payments.models import Asset, Chain, CoinChoice, Invoice, Transfer
+from payments.models import Asset, Chain, CoinChoice, Invoice, Transfer, units
 from payments.prices import PriceUnavailable, usd_per_unit
-from payments.rpc import RpcClient, RpcError, RpcUnavailable
+from payments.rpc import TRANSFER_TOPIC, RpcClient, RpcError, RpcUnavailable
 from reservations import services as reservations
 from reservations.errors import BookingRefused, RateLimited, refusal
 from reservations.models import Order
@@ -287,7 +287,7 @@ def claim_payment(invoice: Invoice, tx_hash: str = "") -> Invoice:
         locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
         changes: dict[str, object] = {"claimed_at": now}
         if tx_hash and tx_hash != locked.claim_tx_hash:
-            changes.update(claim_tx_hash=tx_hash, claim_result="")
+            changes.update(claim_tx_hash=tx_hash, claim_result="", claim_amount=None)
         watched = (
             locked.status not in (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID)
             and now < locked.monitor_until
@@ -337,10 +337,10 @@ def verify_claim(invoice_id: int) -> str:
     if not finished:
         try:
             client = client_for(invoice.asset.chain)
-            result = check_claim(invoice, client)
-            if result:
+            answer = read_claim(invoice, client)
+            if answer.code:
                 Invoice.objects.filter(pk=invoice.pk, claim_tx_hash=invoice.claim_tx_hash).update(
-                    claim_result=result
+                    claim_result=answer.code, claim_amount=answer.amount
                 )
             scan_chain(invoice.asset.chain, client=client, only=[invoice.pk])
         except (RpcUnavailable, RpcError, ChainMismatch) as exc:
@@ -392,12 +392,18 @@ class ScanReport:
     rpc_requests: int = 0
 
 
+CLOSED_STATUSES = (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID)
+
+
 def open_invoices(chain: Chain, now: datetime | None = None) -> list[Invoice]:
+    """The invoices whose addresses are watched: every one inside its monitoring window,
+    whatever its state — money sent to a settled, expired or refunded invoice is recorded
+    too (and flagged for refund), never left unseen."""
     now = now or timezone.now()
     return list(
-        Invoice.objects.filter(asset__chain=chain, monitor_until__gt=now)
-        .exclude(status__in=(Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID))
-        .select_related("asset", "deposit_address", "order")
+        Invoice.objects.filter(asset__chain=chain, monitor_until__gt=now).select_related(
+            "asset", "deposit_address", "order"
+        )
     )
 
 
@@ -445,29 +451,34 @@ def scan_chain(
                 touched |= changed
                 complete = complete and whole
     except (RpcUnavailable, ChainMismatch):
-        # The page says "checking is delayed"; the next cycle starts from the database again.
-        Invoice.objects.filter(pk__in=[i.pk for i in invoices]).update(check_delayed=True)
+        # The page says "checking is delayed" (for invoices still to be paid: a settled or
+        # refunded one has nothing to wait for); the next cycle starts from the database again.
+        waiting = [i.pk for i in invoices if i.status not in CLOSED_STATUSES]
+        Invoice.objects.filter(pk__in=waiting).update(check_delayed=True)
         raise
     Chain.objects.filter(pk=chain.pk).update(scanned_block=head)
     for invoice in invoices:
         # Only invoices whose state can have changed: new transfers, other balances, a
-        # pending payment, a deadline passed, a delay to clear, or a direct request.
+        # pending payment, a deadline passed, a delay to clear, or a direct request. A closed
+        # (settled or refunded) invoice's native balance counts only when it grew: a sweep
+        # from the address lowers it, and money once confirmed stays counted.
         amounts = native.get(invoice.pk)
+        stored = (
+            units(invoice.amount_seen),
+            units(invoice.amount_confirmed),
+            units(invoice.amount_on_time),
+        )
+        if amounts is not None and invoice.status in CLOSED_STATUSES:
+            balance_changed = amounts[0] > stored[0] or amounts[1] > stored[1]
+        else:
+            balance_changed = amounts is not None and amounts != stored
         if (
             only is not None
             or invoice.pk in touched
             or invoice.status == Invoice.STATUS_PROCESSING
             or invoice.check_delayed
             or (invoice.status == Invoice.STATUS_NEW and now > invoice.expires_at)
-            or (
-                amounts is not None
-                and amounts
-                != (
-                    int(invoice.amount_seen),
-                    int(invoice.amount_confirmed),
-                    int(invoice.amount_on_time),
-                )
-            )
+            or balance_changed
         ) and recompute(invoice.pk, native=amounts, now=now):
             report.settled.append(invoice.pk)
     if only is None and complete:
@@ -530,13 +541,20 @@ def _scan_token(
                     log_index=entry.log_index,
                     invoice=invoice,
                     from_address=entry.from_address,
-                    amount=Decimal(entry.amount),
+                    amount=Decimal(entry.amount),  # exact: Decimal(int) never rounds
                     block_number=entry.block_number,
                     block_hash=entry.block_hash,
                     block_time=datetime.fromtimestamp(int(block["timestamp"], 16), tz=UTC),
                     status=status,
                 )
             )
+    # What was recorded before this cycle, to tell which invoices it changes.
+    known = {
+        (tx_hash, log_index): (status, block_hash)
+        for tx_hash, log_index, status, block_hash in Transfer.objects.filter(
+            invoice__in=invoices
+        ).values_list("tx_hash", "log_index", "status", "block_hash")
+    }
     # One upsert on the (chain, tx hash, log index) key: concurrent scans cannot both insert
     # a transfer, and a re-included transfer takes its new block.
     Transfer.objects.bulk_create(
@@ -548,7 +566,28 @@ def _scan_token(
     # A transfer recorded in the scanned range that the chain no longer shows was removed by
     # a reorganisation: it is orphaned and stops counting.
     kept = {(t.tx_hash, t.log_index) for t in found}
-    changed = {t.invoice_id for t in found}
+    # Changed: a transfer new, confirmed or moved since the last cycle, one orphaned, or sums
+    # that differ from the invoice's (a recompute that failed is retried) — not every invoice
+    # with a transfer: settled ones stay watched and would all be recomputed every cycle.
+    changed = {
+        t.invoice_id
+        for t in found
+        if known.get((t.tx_hash, t.log_index)) != (t.status, t.block_hash)
+    }
+    sums: dict[int, tuple[int, int]] = {}
+    for t in found:
+        seen, confirmed = sums.get(t.invoice_id, (0, 0))
+        amount = units(t.amount)
+        sums[t.invoice_id] = (
+            seen + amount,
+            confirmed + (amount if t.status == Transfer.STATUS_CONFIRMED else 0),
+        )
+    for invoice in invoices:
+        if sums.get(invoice.pk, (0, 0)) != (
+            units(invoice.amount_seen),
+            units(invoice.amount_confirmed),
+        ):
+            changed.add(invoice.pk)
     for transfer in Transfer.objects.filter(invoice__in=invoices).exclude(
         status=Transfer.STATUS_ORPHANED
     ):
@@ -626,6 +665,61 @@ def _block_at(client: RpcClient, moment: datetime, low: int, high: int) -> int:
 # --------------------------------------------------------------------------- states
 
 
+def _counted(invoice: Invoice, native: tuple[int, int, int] | None) -> tuple[int, int, int, int]:
+    """(seen, confirmed, mined by the deadline, confirmed of that): exact integers of base
+    units, from the native scan or the invoice's transfers (summed as Python ints: never a
+    Decimal context's rounding). What counts as on time is what was mined by the invoice's
+    deadline, by block time."""
+    stored = (
+        units(invoice.amount_seen),
+        units(invoice.amount_confirmed),
+        units(invoice.amount_on_time),
+    )
+    if invoice.asset.is_native:
+        seen, confirmed, on_time = native if native is not None else stored
+        if invoice.status in CLOSED_STATUSES:
+            # A sweep from the address lowers its balance: what was confirmed stays counted.
+            seen = max(seen, stored[0])
+            confirmed = max(confirmed, stored[1])
+            on_time = max(on_time, stored[2])
+        # The balance only grows at a deposit address: what was there by the deadline and
+        # is confirmed is the smaller of the two.
+        return seen, confirmed, on_time, min(on_time, confirmed)
+    counted = list(invoice.transfers.exclude(status=Transfer.STATUS_ORPHANED))
+    seen = sum(units(t.amount) for t in counted)
+    confirmed = sum(units(t.amount) for t in counted if t.status == Transfer.STATUS_CONFIRMED)
+    in_time = [t for t in counted if t.block_time <= invoice.expires_at]
+    on_time = sum(units(t.amount) for t in in_time)
+    on_time_confirmed = sum(
+        units(t.amount) for t in in_time if t.status == Transfer.STATUS_CONFIRMED
+    )
+    return seen, confirmed, on_time, on_time_confirmed
+
+
+def refund_owed(status: str, *, due: int, confirmed: int, refunded: int) -> int:
+    """What is to be sent back, in base units: confirmed money beyond what the invoice keeps —
+    the amount due once it is settled; nothing while it is open (the payer may still complete
+    it); nothing kept once it expired (paid late, or a second invoice of a paid order) or was
+    refunded — less what was already sent back."""
+    if status in Invoice.OPEN_STATUSES:
+        return 0
+    kept = due if status == Invoice.STATUS_SETTLED else 0
+    return max(0, confirmed - kept - refunded)
+
+
+def _refund_reason(order: Order, invoice: Invoice, status: str) -> str:
+    if status == Invoice.STATUS_SETTLED:
+        return "paid beyond the amount due"
+    if status == Invoice.STATUS_INVALID:
+        return "arrived after the invoice was refunded"
+    others = Invoice.objects.filter(order=order, status=Invoice.STATUS_SETTLED)
+    if others.exclude(pk=invoice.pk).exists():
+        return "the order is already paid by another invoice"
+    if order.status == Order.STATUS_CANCELLED:
+        return "the order was cancelled"
+    return "arrived after the invoice expired: accept it, or refund it"
+
+
 def recompute(
     invoice_id: int,
     *,
@@ -644,7 +738,10 @@ def recompute(
     came before (to refund). The order itself is decided by payments.expiry. A payment in
     a coin or on a chain that is no longer active is recorded, but held (waiting, then
     "paid_late" after the deadline) and never settled by itself; the operator is told
-    (integrity.alert_held).
+    (integrity.alert_held). A settled or refunded invoice keeps its state; only its
+    amounts follow what arrives. Money beyond what the invoice keeps is flagged for refund
+    (``amount_to_refund``, exact base units), with a note in the order's history each time
+    it grows.
     """
     now = now or timezone.now()
     order_id = Invoice.objects.values_list("order_id", flat=True).get(pk=invoice_id)
@@ -652,136 +749,262 @@ def recompute(
         # Locks: the order's row, then the invoice's (the order create_invoice takes too).
         order = Order.objects.select_for_update().get(pk=order_id)
         invoice = Invoice.objects.select_for_update().select_related("asset").get(pk=invoice_id)
-        if invoice.status in (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID):
-            return False
-        if invoice.asset.is_native:
-            seen, confirmed, on_time = (
-                (Decimal(native[0]), Decimal(native[1]), Decimal(native[2]))
-                if native is not None
-                else (invoice.amount_seen, invoice.amount_confirmed, invoice.amount_on_time)
-            )
-            # The balance only grows at a deposit address: what was there by the deadline
-            # and is confirmed is the smaller of the two.
-            on_time_confirmed = min(on_time, confirmed)
-        else:
-            counted = list(invoice.transfers.exclude(status=Transfer.STATUS_ORPHANED))
-            seen = sum((t.amount for t in counted), Decimal(0))
-            confirmed = sum(
-                (t.amount for t in counted if t.status == Transfer.STATUS_CONFIRMED), Decimal(0)
-            )
-            in_time = [t for t in counted if t.block_time <= invoice.expires_at]
-            on_time = sum((t.amount for t in in_time), Decimal(0))
-            on_time_confirmed = sum(
-                (t.amount for t in in_time if t.status == Transfer.STATUS_CONFIRMED), Decimal(0)
-            )
-        due = invoice.amount_due
-        if on_time_confirmed >= due:
-            status = Invoice.STATUS_SETTLED
-            exception = Invoice.EXCEPTION_PAID_OVER if confirmed > due else ""
-        elif on_time >= due:
-            status, exception = Invoice.STATUS_PROCESSING, ""  # paid in time, confirming
-        elif seen > on_time:
-            status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
-        elif now > invoice.expires_at:
-            exception = Invoice.EXCEPTION_PAID_PARTIAL if seen > 0 else ""
-            status = Invoice.STATUS_EXPIRED
-        elif seen > 0:
-            status, exception = Invoice.STATUS_PROCESSING, Invoice.EXCEPTION_PAID_PARTIAL
-        else:
-            status, exception = Invoice.STATUS_NEW, ""
-        held = status == Invoice.STATUS_SETTLED and not integrity.accepting(invoice)
-        if held:
-            # Its chain or coin was turned off (a retired network's tokens may cost nothing):
-            # recorded and watched, never settled by itself; the operator decides.
-            if now > invoice.expires_at:
-                status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
-            else:
-                status = Invoice.STATUS_PROCESSING
+        seen, confirmed, on_time, on_time_confirmed = _counted(invoice, native)
+        due = units(invoice.amount_due)
+        settled_at = invoice.settled_at
+        status, exception = invoice.status, invoice.exception
+        held = False
         if status == Invoice.STATUS_SETTLED:
-            symbol = invoice.asset.symbol
-            paid = reservations.mark_paid(
+            if confirmed > due:
+                exception = Invoice.EXCEPTION_PAID_OVER
+            elif exception == Invoice.EXCEPTION_PAID_OVER:
+                exception = Invoice.EXCEPTION_NONE
+        elif status != Invoice.STATUS_INVALID:
+            status, exception = _decide(invoice, seen, on_time, on_time_confirmed, confirmed, now)
+            held = status == Invoice.STATUS_SETTLED and not integrity.accepting(invoice)
+            if held:
+                # Its chain or coin was turned off (a retired network's tokens may cost
+                # nothing): recorded and watched, never settled by itself; the operator decides.
+                if now > invoice.expires_at:
+                    status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
+                else:
+                    status, exception = Invoice.STATUS_PROCESSING, Invoice.EXCEPTION_NONE
+            if status == Invoice.STATUS_SETTLED:
+                symbol = invoice.asset.symbol
+                paid = reservations.mark_paid(
+                    order,
+                    actor=reservations.system("payment scanner"),
+                    reason=f"invoice {invoice.pk}: {invoice.asset.from_units(confirmed)} {symbol}",
+                )
+                if not paid:  # the hold ended meanwhile: the operator decides
+                    status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
+            settled_at = now if status == Invoice.STATUS_SETTLED else None
+        owed = refund_owed(
+            status, due=due, confirmed=confirmed, refunded=units(invoice.amount_refunded)
+        )
+        if owed > units(invoice.amount_to_refund):
+            amount = invoice.asset.from_units(owed)
+            why = _refund_reason(order, invoice, status)
+            reservations.record_note(
                 order,
                 actor=reservations.system("payment scanner"),
-                reason=f"invoice {invoice.pk}: {invoice.asset.from_units(confirmed)} {symbol}",
+                reason=f"invoice {invoice.pk}: {amount} {invoice.asset.symbol} to refund ({why})",
             )
-            if not paid:  # the hold ended meanwhile: the operator decides
-                status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
+            log.warning("refund owed", extra={"invoice": invoice.pk, "units": str(owed)})
         Invoice.objects.filter(pk=invoice.pk).update(
             status=status,
             exception=exception,
-            amount_seen=seen,
-            amount_confirmed=confirmed,
-            amount_on_time=on_time,
+            amount_seen=Decimal(seen),
+            amount_confirmed=Decimal(confirmed),
+            amount_on_time=Decimal(on_time),
+            amount_to_refund=Decimal(owed),
             last_checked_at=now,
             check_delayed=False,
-            settled_at=now if status == Invoice.STATUS_SETTLED else None,
+            settled_at=settled_at,
         )
     if held:
         integrity.alert_held(invoice)
-    if status == Invoice.STATUS_SETTLED:
+    settled = invoice.status != Invoice.STATUS_SETTLED and status == Invoice.STATUS_SETTLED
+    if settled:
         log.info("invoice settled", extra={"invoice": invoice.pk, "order": order.reference})
         from provisioning.services import auto_approve
 
         auto_approve(order)
-    return status == Invoice.STATUS_SETTLED
+    return settled
+
+
+def _decide(
+    invoice: Invoice, seen: int, on_time: int, on_time_confirmed: int, confirmed: int, now: datetime
+) -> tuple[str, str]:
+    """The state of an invoice not yet settled nor refunded, from its exact amounts: what
+    was mined by its deadline counts, however late the scanner saw it."""
+    due = units(invoice.amount_due)
+    if on_time_confirmed >= due:
+        over = Invoice.EXCEPTION_PAID_OVER if confirmed > due else Invoice.EXCEPTION_NONE
+        return Invoice.STATUS_SETTLED, over
+    if on_time >= due:
+        return Invoice.STATUS_PROCESSING, Invoice.EXCEPTION_NONE  # paid in time, confirming
+    if seen > on_time:
+        return Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
+    if now > invoice.expires_at:
+        partial = Invoice.EXCEPTION_PAID_PARTIAL if seen > 0 else Invoice.EXCEPTION_NONE
+        return Invoice.STATUS_EXPIRED, partial
+    if seen > 0:
+        return Invoice.STATUS_PROCESSING, Invoice.EXCEPTION_PAID_PARTIAL
+    return Invoice.STATUS_NEW, Invoice.EXCEPTION_NONE
+
+
+PAID_ORDER_STATUSES = (
+    Order.STATUS_PAID,
+    Order.STATUS_APPROVED,
+    Order.STATUS_ACTIVE,
+    Order.STATUS_COMPLETED,
+)
 
 
 def accept_late_payment(invoice: Invoice, *, actor: reservations.Actor) -> None:
     """The operator accepts a payment that arrived after expiry: the order is paid — its
-    window booked again if the lots are still free (else LotUnavailable: refund instead)."""
+    window booked again if the lots are still free (else LotUnavailable: refund instead).
+
+    Where accepting does not apply it is refused (BookingRefused with the reason) and
+    nothing changes: an invoice already settled; an order already paid (by another invoice:
+    this payment is to be refunded) or cancelled; an invoice without a late payment, or
+    whose late payment is less than was due.
+    """
     with transaction.atomic():
         # Locks: the order's row, then the invoice's.
         order = Order.objects.select_for_update().get(pk=invoice.order_id)
-        locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        locked = Invoice.objects.select_for_update().select_related("asset").get(pk=invoice.pk)
+        paid_elsewhere = (
+            Invoice.objects.filter(order=order, status=Invoice.STATUS_SETTLED)
+            .exclude(pk=locked.pk)
+            .exists()
+        )
+        if locked.status == Invoice.STATUS_SETTLED:
+            raise BookingRefused({"invoice": [refusal("already_settled")]})
+        if paid_elsewhere or order.status in PAID_ORDER_STATUSES:
+            raise BookingRefused({"invoice": [refusal("already_paid")]})
+        if order.status == Order.STATUS_CANCELLED:
+            raise BookingRefused({"invoice": [refusal("order_cancelled")]})
         if (
             locked.status != Invoice.STATUS_EXPIRED
             or locked.exception != Invoice.EXCEPTION_PAID_LATE
-            or locked.amount_confirmed < locked.amount_due
         ):
             raise BookingRefused({"invoice": [refusal("not_a_late_payment")]})
+        due, confirmed = units(locked.amount_due), units(locked.amount_confirmed)
+        if confirmed < due:
+            raise BookingRefused({"invoice": [refusal("late_payment_short")]})
         reason = f"late payment accepted (invoice {locked.pk})"
         if order.status == Order.STATUS_AWAITING_PAYMENT:
             reservations.mark_paid(order, actor=actor, reason=reason)
-        else:
+        else:  # expired: booked again if the lots are free, else LotUnavailable
             reservations.reinstate_paid(order, actor=actor, reason=reason)
+        owed = refund_owed(
+            Invoice.STATUS_SETTLED,
+            due=due,
+            confirmed=confirmed,
+            refunded=units(locked.amount_refunded),
+        )
         Invoice.objects.filter(pk=locked.pk).update(
-            status=Invoice.STATUS_SETTLED, settled_at=timezone.now()
+            status=Invoice.STATUS_SETTLED, settled_at=timezone.now(), amount_to_refund=owed
         )
 
 
 def mark_refunded(invoice: Invoice, *, actor: reservations.Actor, reason: str) -> None:
-    """The operator refunded what reached an expired invoice (paid late, or partly) from the
-    operator's wallet: the invoice is closed (invalid) and the order's history says why."""
+    """The operator sent back from the operator's wallet what this invoice does not keep,
+    and records it: all of what reached an expired invoice (paid late or partly, or a second
+    invoice of a paid order) — the invoice is then closed (invalid) —, or what a settled
+    invoice received beyond the amount due, or what arrived after an earlier refund.
+
+    Refused (BookingRefused with the reason, nothing changed) without a note, while the
+    invoice is still open, or when there is nothing to refund.
+    """
     if not reason.strip():
         raise BookingRefused({"reason": [refusal("required")]})
     with transaction.atomic():
-        changed = Invoice.objects.filter(
-            pk=invoice.pk, status=Invoice.STATUS_EXPIRED, amount_seen__gt=0
-        ).update(status=Invoice.STATUS_INVALID)
-        if not changed:
-            raise BookingRefused({"invoice": [refusal("nothing_to_refund")]})
-        reservations.record_note(invoice.order, actor=actor, reason=f"refunded: {reason}")
+        # Locks: the order's row, then the invoice's.
+        order = Order.objects.select_for_update().get(pk=invoice.order_id)
+        locked = Invoice.objects.select_for_update().select_related("asset").get(pk=invoice.pk)
+        if locked.status in Invoice.OPEN_STATUSES:
+            raise BookingRefused({"invoice": [refusal("invoice_still_open")]})
+        refunded = units(locked.amount_refunded)
+        status = locked.status
+        if status == Invoice.STATUS_EXPIRED and units(locked.amount_seen) > 0:
+            paid = max(units(locked.amount_seen), units(locked.amount_confirmed))
+            sent = max(0, paid - refunded)
+            status = Invoice.STATUS_INVALID
+        else:
+            sent = units(locked.amount_to_refund)
+            if sent == 0:
+                raise BookingRefused({"invoice": [refusal("nothing_to_refund")]})
+        Invoice.objects.filter(pk=locked.pk).update(
+            status=status, amount_refunded=Decimal(refunded + sent), amount_to_refund=0
+        )
+        amount = f"{locked.asset.from_units(sent)} {locked.asset.symbol}"
+        reservations.record_note(
+            order, actor=actor, reason=f"refunded: {reason} ({amount}, invoice {locked.pk})"
+        )
+
+
+# --------------------------------------------------------------------------- claims' answers
+
+CLAIM_RESULTS = {
+    "pays_invoice": "pays this invoice claim_amount base units (what the scanner credits)",
+    "no_value": "involves this address but moves nothing to it: an approve(), 0 wei, 0 units",
+    "other_token": "sends another token than the invoice's to this address: not credited",
+    "before_invoice": "paid this address in a block before the invoice was made: not credited",
+    "not_direct": "sends ETH to another address; counted only if a contract forwards it here "
+    "(the address's balance shows it)",
+    "unrelated": "moves nothing to this address",
+    "reverted": "failed on-chain: nothing moved",
+    "pending": "known to the node, not mined yet",
+    "not_found": "not known to the node (yet)",
+}
+"""What a claimed transaction did for the invoice: the codes of ``claim_result``."""
+
+
+@dataclass(frozen=True)
+class ClaimAnswer:
+    code: str
+    amount: int | None = None
+    """Base units the transaction pays this invoice (``pays_invoice`` only)."""
+
+
+def _word(topic: str) -> str:
+    return topic.lower()[-40:]
+
+
+def read_claim(invoice: Invoice, client: RpcClient) -> ClaimAnswer:
+    """What the claimed transaction did for this invoice, decoded from the node's receipt
+    (one request: the transaction and its receipt). Empty code: no claimed hash.
+
+    A token invoice is paid by Transfer events of its own contract to its address (the sum
+    of their amounts); the native coin by the transaction's value to the address. An
+    approve(), a 0-wei or 0-unit transfer, another token, another address, a block before
+    the invoice: each says so, never ``pays_invoice``.
+    """
+    if not invoice.claim_tx_hash:
+        return ClaimAnswer("")
+    tx, receipt = client.transaction_and_receipt(invoice.claim_tx_hash)
+    if receipt is None:
+        return ClaimAnswer("pending" if tx is not None else "not_found")
+    if int(receipt.get("status") or "0x0", 16) != 1:
+        return ClaimAnswer("reverted")
+    address = _word(invoice.deposit_address.address)
+    early = int(receipt.get("blockNumber") or "0x0", 16) < invoice.created_block
+    asset = invoice.asset
+    if asset.is_native:
+        to = _word(str((tx or {}).get("to") or receipt.get("to") or ""))
+        value = int((tx or {}).get("value") or "0x0", 16)
+        if to != address:
+            return ClaimAnswer("not_direct" if value > 0 else "unrelated")
+        if value == 0:
+            return ClaimAnswer("no_value")
+        return ClaimAnswer("before_invoice") if early else ClaimAnswer("pays_invoice", value)
+    token = asset.contract_address.lower()
+    credited, involved, other_token = 0, False, False
+    for entry in receipt.get("logs", []):
+        topics = [str(t) for t in entry.get("topics", [])]
+        emitter = str(entry.get("address", "")).lower()
+        to_us = (
+            len(topics) == 3 and topics[0].lower() == TRANSFER_TOPIC and _word(topics[2]) == address
+        )
+        if emitter != token:
+            other_token = other_token or to_us
+            continue
+        data = str(entry.get("data") or "0x")
+        if to_us:
+            credited += int(data, 16) if len(data) > 2 else 0
+        involved = involved or any(_word(t) == address for t in topics[1:])
+    if credited > 0:
+        return ClaimAnswer("before_invoice") if early else ClaimAnswer("pays_invoice", credited)
+    if involved:
+        return ClaimAnswer("no_value")
+    if other_token:
+        return ClaimAnswer("other_token")
+    return ClaimAnswer("unrelated")
 
 
 def check_claim(invoice: Invoice, client: RpcClient) -> str:
-    """What the claimed transaction shows, in words for the researcher (empty: no claim)."""
-    if not invoice.claim_tx_hash:
-        return ""
-    receipt = client.receipt(invoice.claim_tx_hash)
-    if receipt is None:
-        return "not_found"
-    if int(receipt.get("status", "0x0"), 16) != 1:
-        return "reverted"
-    address = invoice.deposit_address.address.lower()
-    asset = invoice.asset
-    if asset.is_native:
-        return "pays_invoice" if (receipt.get("to") or "").lower() == address else "unrelated"
-    for entry in receipt.get("logs", []):
-        topics = entry.get("topics", [])
-        if (
-            entry.get("address", "").lower() == asset.contract_address.lower()
-            and len(topics) == 3
-            and topics[2][-40:].lower() == address[2:]
-        ):
-            return "pays_invoice"
-    return "unrelated"
+    """The code of what the claimed transaction did (read_claim; empty: no claim)."""
+    return read_claim(invoice, client).code

@@ -71,6 +71,17 @@ MESSAGES = {
     "chain_unreachable": _("The payment network cannot be reached right now; try again shortly."),
     "not_a_late_payment": _("Only a confirmed payment that arrived late can be accepted."),
     "nothing_to_refund": _("This invoice has nothing to refund."),
+    "already_settled": _("This invoice is settled already: there is no late payment to accept."),
+    "already_paid": _(
+        "This order is already paid by another invoice: refund this payment instead."
+    ),
+    "order_cancelled": _("This order was cancelled: refund this payment instead."),
+    "late_payment_short": _(
+        "This late payment is less than was due: refund it, or wait until the rest is confirmed."
+    ),
+    "invoice_still_open": _(
+        "This invoice is still open for payment: refund only once it has expired or settled."
+    ),
     "invalid_tx_hash": _("A transaction hash is 0x followed by 64 hexadecimal digits."),
     "too_many_switches": _(
         "The coin of this order was changed too often. Pay the invoice shown, or choose "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Context, Decimal
 
 from django import template
 from django.utils import formats
@@ -10,13 +10,16 @@ from django.utils.translation import get_language
 
 register = template.Library()
 
+DIGITS = Context(prec=200)
+"""Enough digits for any token amount (a uint256 has 78): never rounded for display."""
+
 
 @register.filter
 def units(value: Decimal | None) -> str:
     """A token amount as wallets take it: a dot, no grouping, no trailing zeros."""
     if value is None:
         return ""
-    text = format(Decimal(value).normalize(), "f")
+    text = format(Decimal(value).normalize(DIGITS), "f")
     return text
 
 
