@@ -23,8 +23,16 @@ class AssetInline(admin.TabularInline):
 
 @admin.register(Chain)
 class ChainAdmin(admin.ModelAdmin):
-    list_display = ("name", "chain_id", "rpc_url", "confirmations", "scanned_block", "is_active")
-    readonly_fields = ("scanned_block",)
+    list_display = (
+        "name",
+        "chain_id",
+        "rpc_url",
+        "confirmations",
+        "scanned_block",
+        "last_scan_at",
+        "is_active",
+    )
+    readonly_fields = ("scanned_block", "last_scan_at", "last_scan_error", "last_scan_error_at")
     inlines = (AssetInline,)
 
 
