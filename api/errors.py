@@ -3,6 +3,7 @@ the booking pages' messages come from (reservations.errors)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -14,6 +15,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from config.outages import RETRY_AFTER_SECONDS, Dependency, dependency_down
 from reservations.errors import (
     BookingRefused,
     InvalidTransition,
@@ -21,6 +23,35 @@ from reservations.errors import (
     RateLimited,
     UnpaidLimitReached,
 )
+
+log = logging.getLogger(__name__)
+
+
+class DependencyUnavailable(exceptions.APIException):
+    """Something this request needs is down: nothing was changed, retry shortly (a 503 with
+    Retry-After). ``code``: ``database_unavailable`` or ``redis_unavailable``."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "A service this request needs is unavailable; nothing was changed."
+    default_code = "service_unavailable"
+
+
+UNAVAILABLE = {
+    "database": "The database is unavailable right now; nothing was changed. Retry shortly.",
+    "redis": (
+        "Redis (rate limits and the task queue) is unavailable right now; nothing was "
+        "changed. Retry shortly."
+    ),
+}
+
+
+def unavailable_body(which: Dependency) -> dict[str, str]:
+    return {"code": f"{which}_unavailable", "detail": UNAVAILABLE[which]}
+
+
+def dependency_unavailable(which: Dependency) -> DependencyUnavailable:
+    body = unavailable_body(which)
+    return DependencyUnavailable(body["detail"], code=body["code"])
 
 
 class RequestTooLarge(exceptions.APIException):
@@ -81,6 +112,10 @@ def _codes(detail: Any) -> Any:
 
 
 def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
+    which = dependency_down(exc)
+    if which is not None:
+        log.error("service unavailable: %s is down", which, exc_info=exc)
+        exc = dependency_unavailable(which)
     if isinstance(exc, RateLimited):
         limited = Response(refusal_body(exc), status=status.HTTP_429_TOO_MANY_REQUESTS)
         limited["Retry-After"] = str(exc.retry_after)
@@ -124,4 +159,6 @@ def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
             "code": codes if isinstance(codes, str) else "error",
             "detail": str(exc.detail),
         }
+    if isinstance(exc, DependencyUnavailable):
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)  # nothing changed: retry soon
     return response

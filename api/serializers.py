@@ -250,6 +250,13 @@ class InvoiceSerializer(serializers.ModelSerializer):
     )
     confirmations = serializers.SerializerMethodField()
     confirmations_needed = serializers.IntegerField(source="asset.chain.confirmations")
+    check_delayed = serializers.SerializerMethodField(
+        help_text="Checking is delayed: the chain has not been scanned successfully for a "
+        "while (a node that does not answer, scanning stopped). Nothing is lost."
+    )
+    delayed_since = serializers.SerializerMethodField(
+        help_text="The last successful check when checking is delayed, else null"
+    )
 
     class Meta:
         model = Invoice
@@ -272,6 +279,7 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "confirmations",
             "confirmations_needed",
             "check_delayed",
+            "delayed_since",
             "claimed_at",
             "claim_tx_hash",
             "claim_result",
@@ -282,6 +290,14 @@ class InvoiceSerializer(serializers.ModelSerializer):
         from payments.panel import confirmations
 
         return confirmations(invoice)
+
+    def get_check_delayed(self, invoice: Invoice) -> bool:
+        return self.get_delayed_since(invoice) is not None
+
+    def get_delayed_since(self, invoice: Invoice) -> datetime | None:
+        from payments.panel import delayed_since
+
+        return delayed_since(invoice)
 
 
 class ClaimSerializer(StrictSerializer):

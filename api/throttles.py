@@ -5,12 +5,20 @@ DRF's rate syntax and hooks (``scope``, ``THROTTLE_RATES``, ``get_cache_key``) s
 read-modify-write history does not: each request is one atomic increment, so concurrent
 requests never pass more than the rate. The client is ``config.clients.client_key``: the
 connecting peer, ``X-Forwarded-For`` only from a trusted proxy, IPv6 per /64.
+
+While Redis is down the counting cannot happen: a read-only request (GET, HEAD, OPTIONS)
+passes uncounted — fail open, with a warning in the log — since reading costs little and
+needs no Redis otherwise; a write is refused with a JSON 503 ``redis_unavailable`` — fail
+closed — since writes are what the limits protect (and most of them queue work on Redis).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from redis.exceptions import RedisError
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -19,6 +27,8 @@ from config.clients import client_key
 
 if TYPE_CHECKING:  # rest_framework.views imports the throttles: no cycle at run time
     from rest_framework.views import APIView
+
+log = logging.getLogger(__name__)
 
 
 class AtomicRateThrottle(SimpleRateThrottle):
@@ -35,7 +45,18 @@ class AtomicRateThrottle(SimpleRateThrottle):
         limit, seconds = self.parse_rate(self.rate)
         if limit is None or seconds is None:
             return True
-        verdict = limits.hit(self.key, limit, seconds)
+        try:
+            verdict = limits.hit(self.key, limit, seconds)
+        except (RedisError, OSError) as exc:
+            if request.method in SAFE_METHODS:
+                log.warning(
+                    "rate limit not counted: Redis is unavailable (read passes)",
+                    extra={"scope": self.scope, "error": type(exc).__name__},
+                )
+                return True
+            from api.errors import dependency_unavailable
+
+            raise dependency_unavailable("redis") from exc
         self.retry_after = None if verdict.allowed else verdict.retry_after
         return verdict.allowed
 

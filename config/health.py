@@ -1,5 +1,6 @@
 """``/healthz``: is the database reachable, is the broker, are the chain nodes? JSON, 200
-or 503.
+or 503; a 503 names what is down (``"database": "down"``, and ``"down": [...]`` lists every
+failing check), whatever failed — this view never answers a 500.
 
 It is public (load balancers and monitors ask it without credentials), so nothing a
 stranger can make it do costs more than a look-up: the chain nodes, which are slow and may
@@ -16,10 +17,12 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, connection
 from django.http import HttpRequest, JsonResponse
 from redis import Redis
 from redis.exceptions import RedisError
+
+from config.outages import dependency_down
 
 
 def _database() -> str:
@@ -27,7 +30,7 @@ def _database() -> str:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except Exception as exc:  # any failure means "not ok"; its name is the report
-        return f"error: {type(exc).__name__}"
+        return "down" if dependency_down(exc) == "database" else f"error: {type(exc).__name__}"
     return "ok"
 
 
@@ -79,7 +82,7 @@ def _chains_cached() -> dict[str, str]:
     very first one runs); none of them waits."""
     try:
         chains = _active_chains()
-    except DatabaseError:
+    except (DatabaseError, InterfaceError):
         return {}  # the database check says so
     if not chains:
         return {}
@@ -104,9 +107,18 @@ def _now() -> float:
     return time.time()
 
 
+def _chains_checked() -> dict[str, str]:
+    try:
+        return _chains_cached()
+    except Exception as exc:  # the report, not a 500
+        return {"chains": f"error: {type(exc).__name__}"}
+
+
 def health(request: HttpRequest) -> JsonResponse:
-    checks = {"database": _database(), "broker": _broker(), **_chains_cached()}
-    healthy = all(value == "ok" for value in checks.values())
-    return JsonResponse(
-        {"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503
-    )
+    checks = {"database": _database(), "broker": _broker(), **_chains_checked()}
+    down = [name for name, value in checks.items() if value != "ok"]
+    if not down:
+        return JsonResponse({"status": "ok", **checks})
+    response = JsonResponse({"status": "error", **checks, "down": down}, status=503)
+    response["Retry-After"] = "10"
+    return response

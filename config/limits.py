@@ -50,7 +50,14 @@ def _script() -> Script:
     with _lock:
         if url not in _scripts:
             # A thread waits for a free connection rather than failing when all are busy.
-            pool = redis.BlockingConnectionPool.from_url(url, max_connections=50, timeout=10)
+            # Redis down: a clear error within REDIS_TIMEOUT_SECONDS, never a hang.
+            pool = redis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=50,
+                timeout=10,
+                socket_connect_timeout=settings.REDIS_TIMEOUT_SECONDS,
+                socket_timeout=settings.REDIS_TIMEOUT_SECONDS,
+            )
             _scripts[url] = redis.Redis(connection_pool=pool).register_script(_HIT)
         return _scripts[url]
 
@@ -67,7 +74,10 @@ class Verdict:
 def hit(name: str, limit: int, seconds: int) -> Verdict:
     """Count one attempt against ``name``: allowed while at most ``limit`` attempts fell in
     the current window of ``seconds``. ``name`` may be anything (it is hashed for the key:
-    no e-mail address or client address is kept in Redis in clear)."""
+    no e-mail address or client address is kept in Redis in clear).
+
+    Raises ``redis.RedisError`` when Redis cannot be reached: the caller decides whether to
+    fail open or closed (api.throttles: reads pass, writes answer 503)."""
     digest = hashlib.sha256(name.encode()).hexdigest()[:40]
     count, ttl_ms = _script()(keys=[f"{KEY_PREFIX}{digest}"], args=[seconds * 1000])
     return Verdict(

@@ -62,6 +62,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "config.security.SecurityHeadersMiddleware",
+    # The database or Redis down: a 503 (JSON for the API) with Retry-After, not a 500.
+    "config.outages.OutageMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -102,6 +104,11 @@ _database = database_from_url(
 # in transaction mode (e.g. PgBouncer before 1.21), where prepared statements break.
 if env_bool("DATABASE_PREPARED_STATEMENTS", default=True):
     _database["OPTIONS"] = {"prepare_threshold": 5, **_database["OPTIONS"]}
+# A database host that does not answer fails a request within seconds (a clear 503, see
+# config.outages) instead of holding a web process until it is killed.
+_database["OPTIONS"].setdefault(
+    "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT_SECONDS", 5, minimum=1)
+)
 DATABASES = {
     "default": {
         **_database,
@@ -126,11 +133,21 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0") or ""
+REDIS_TIMEOUT_SECONDS = env_int("REDIS_TIMEOUT_SECONDS", 2, minimum=1)
+"""How long the web processes wait for Redis (connect, and each reply) before treating it
+as down: the cache then misses, read-only API requests pass unthrottled, writes answer 503
+(config.cache, api.throttles, config.outages)."""
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # Django's RedisCache, whose reads miss and writes are dropped (logged) while Redis
+        # is down; add() and incr(), which locks and counters rely on, still raise.
+        "BACKEND": "config.cache.ResilientRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "gpulots",
+        "OPTIONS": {
+            "socket_connect_timeout": REDIS_TIMEOUT_SECONDS,
+            "socket_timeout": REDIS_TIMEOUT_SECONDS,
+        },
     }
 }
 
@@ -218,8 +235,23 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "gpulots") or "gpulots"
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 3600,
+    # Publishing (a web request's .delay(), beat's schedule) gives up within seconds when
+    # Redis does not answer, instead of hanging; the workers' blocking reads wait 1 s.
+    "socket_connect_timeout": REDIS_TIMEOUT_SECONDS,
+    "socket_timeout": REDIS_TIMEOUT_SECONDS + 5,
+    "retry_on_timeout": True,
+}
+# A Redis outage is waited out: workers and beat reconnect for as long as it lasts (every
+# 2 s at first, then at most every 30 s), they never exit because of it.
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# A task running when the connection drops finishes (an SSH step is never cut halfway);
+# its acknowledgement may be lost, so it may run once more later: every task is idempotent,
+# the database is the truth.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / "var" / "celerybeat-schedule")
 PROVISIONING_TICK_SECONDS = env_int("PROVISIONING_TICK_SECONDS", 60, minimum=1)
@@ -298,6 +330,12 @@ if not PAYMENT_XPUB.startswith(("xpub", "tpub")):
 PAYMENT_MONITOR_HOURS = env_int("PAYMENT_MONITOR_HOURS", 24, minimum=0)
 """How long after an invoice expires late payments are still watched for."""
 PAYMENT_RPC_TIMEOUT = env_int("PAYMENT_RPC_TIMEOUT_SECONDS", 10, minimum=1)
+PAYMENT_CHECK_DELAYED_SECONDS = env_int(
+    "PAYMENT_CHECK_DELAYED_SECONDS", 3 * PAYMENT_SCAN_SECONDS, minimum=1
+)
+"""An open invoice says "checking is delayed" (page and API) once its chain's last
+successful scan is older than this: a node that stops answering, or scanning that stopped
+(no worker, no beat, no broker), shows within a few scan intervals."""
 HEALTH_CHAIN_CHECK_SECONDS = env_int("HEALTH_CHAIN_CHECK_SECONDS", 30, minimum=1)
 """How long /healthz reuses its check of the chain nodes (it asks them at most this often,
 however often it is asked)."""

@@ -4,6 +4,8 @@ from django.urls import include, path
 
 from config.health import health
 
+handler500 = "config.outages.server_error"
+
 admin.site.site_header = "GPU lots — operator desk"
 admin.site.site_title = "GPU lots"
 

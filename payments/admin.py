@@ -77,9 +77,16 @@ class ChainAdmin(admin.ModelAdmin):
         "confirmations",
         "scanned_block",
         "read_through",
+        "last_scan_at",
         "is_active",
     )
-    readonly_fields = ("scanned_block", "read_through")
+    readonly_fields = (
+        "scanned_block",
+        "read_through",
+        "last_scan_at",
+        "last_scan_error",
+        "last_scan_error_at",
+    )
     inlines = (AssetInline,)
 
 

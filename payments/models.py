@@ -60,6 +60,13 @@ class Chain(models.Model):
             "full scan); an order's hold is decided only once this reaches its deadline"
         ),
     )
+    last_scan_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("When the scanner last read every open invoice")
+    )
+    last_scan_error = models.CharField(
+        max_length=300, blank=True, help_text=_("What the last failed scan said")
+    )
+    last_scan_error_at = models.DateTimeField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
 
     class Meta:

@@ -4,9 +4,12 @@ on page views: the scanner keeps the figures fresh)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import segno
+from django.conf import settings
+from django.utils import timezone
 
 from payments.models import Invoice, Transfer
 
@@ -22,6 +25,8 @@ class Panel:
     confirmations: int
     confirmations_needed: int
     qr_svg: str
+    delayed_since: datetime | None
+    """Since when checking is delayed (None: it is not); see ``delayed_since``."""
 
     @property
     def symbol(self) -> str:
@@ -49,6 +54,26 @@ def confirmations(invoice: Invoice) -> int:
     return min(found, chain.confirmations)
 
 
+def delayed_since(invoice: Invoice, now: datetime | None = None) -> datetime | None:
+    """Since when this invoice's checking is delayed, or None while it is on time.
+
+    Delayed: the invoice is still watched and its chain's last successful scan of every
+    open invoice (``Chain.last_scan_at``; the invoice's creation counts as one, it read the
+    chain's head) is older than PAYMENT_CHECK_DELAYED_SECONDS — whatever the cause: a node
+    that does not answer or answers errors, or no scan at all (worker, beat or broker down).
+    A failed check of this very invoice says so at once (``check_delayed``)."""
+    if invoice.status in (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID):
+        return None
+    now = now or timezone.now()
+    if now >= invoice.monitor_until:
+        return None
+    chain = invoice.asset.chain
+    last_ok = max(filter(None, (chain.last_scan_at, invoice.created_at)))
+    if now - last_ok > timedelta(seconds=settings.PAYMENT_CHECK_DELAYED_SECONDS):
+        return last_ok
+    return last_ok if invoice.check_delayed else None
+
+
 def panel_for(invoice: Invoice) -> Panel:
     asset = invoice.asset
     chain = asset.chain
@@ -65,4 +90,5 @@ def panel_for(invoice: Invoice) -> Panel:
         confirmations=confirmations(invoice),
         confirmations_needed=chain.confirmations,
         qr_svg=qr.svg_inline(scale=4, dark="#1b1d22", light="#ffffff"),
+        delayed_since=delayed_since(invoice),
     )

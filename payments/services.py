@@ -278,8 +278,6 @@ def claim_payment(invoice: Invoice, tx_hash: str = "") -> Invoice:
     tx_hash = tx_hash.strip().lower()
     if tx_hash and not TX_HASH.match(tx_hash):
         raise BookingRefused({"tx_hash": [refusal("invalid_tx_hash")]})
-    from payments.tasks import verify_invoice
-
     now = timezone.now()
     gap = timedelta(seconds=settings.PAYMENT_CLAIM_CHECK_SECONDS)
     with transaction.atomic():
@@ -305,9 +303,23 @@ def claim_payment(invoice: Invoice, tx_hash: str = "") -> Invoice:
                 changes["verification_queued_at"] = now
         Invoice.objects.filter(pk=locked.pk).update(**changes)
         if send:
-            transaction.on_commit(lambda: verify_invoice.delay(invoice.pk))
+            transaction.on_commit(lambda: _send_verification(invoice.pk, now))
     invoice.refresh_from_db()
     return invoice
+
+
+def _send_verification(invoice_id: int, queued_at: datetime) -> None:
+    """Queue the verification; with the broker away, free it again so that beat's
+    dispatch_verifications queues it once the broker is back (the claim stands)."""
+    from payments.tasks import verify_invoice
+
+    try:
+        verify_invoice.delay(invoice_id)
+    except Exception:  # any broker failure
+        Invoice.objects.filter(pk=invoice_id, verification_queued_at=queued_at).update(
+            verification_queued_at=None
+        )
+        log.warning("verification not queued; beat queues it", extra={"invoice": invoice_id})
 
 
 def _verification_free(invoice: Invoice, now: datetime) -> bool:
@@ -450,13 +462,17 @@ def scan_chain(
                 report.transfers_recorded += recorded
                 touched |= changed
                 complete = complete and whole
-    except (RpcUnavailable, ChainMismatch):
+    except (RpcUnavailable, RpcError, ChainMismatch) as exc:
         # The page says "checking is delayed" (for invoices still to be paid: a settled or
         # refunded one has nothing to wait for); the next cycle starts from the database again.
         waiting = [i.pk for i in invoices if i.status not in CLOSED_STATUSES]
         Invoice.objects.filter(pk__in=waiting).update(check_delayed=True)
+        record_scan_failure(chain, exc)
         raise
-    Chain.objects.filter(pk=chain.pk).update(scanned_block=head)
+    scanned: dict[str, object] = {"scanned_block": head}
+    if only is None:  # a full cycle: every open invoice of the chain was looked at
+        scanned.update(last_scan_at=timezone.now(), last_scan_error="")
+    Chain.objects.filter(pk=chain.pk).update(**scanned)
     for invoice in invoices:
         # Only invoices whose state can have changed: new transfers, other balances, a
         # pending payment, a deadline passed, a delay to clear, or a direct request. A closed
@@ -491,6 +507,14 @@ def scan_chain(
         ).update(read_through=read_through)  # never back (two cycles at once)
     report.rpc_requests = client.requests_made
     return report
+
+
+def record_scan_failure(chain: Chain, exc: Exception) -> None:
+    """What the chain's last failed scan said, for the operator's desk (the delay itself is
+    read from ``last_scan_at``, the last success: see payments.panel.delayed_since)."""
+    Chain.objects.filter(pk=chain.pk).update(
+        last_scan_error=f"{type(exc).__name__}: {exc}"[:300], last_scan_error_at=timezone.now()
+    )
 
 
 def _chunks(items: list[Invoice]) -> list[list[Invoice]]:

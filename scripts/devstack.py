@@ -4,7 +4,11 @@
 Checks that PostgreSQL and Redis answer (one clear line on how to start either if not),
 creates the database if needed, migrates, loads the catalogue into an empty database,
 ensures the operator account (printing its login), then runs web (gunicorn), the Celery
-worker and Celery beat together. Ctrl-C stops them all; if one dies, all stop.
+worker and Celery beat together. Ctrl-C stops them all.
+
+A child that exits on its own is started again (``supervise``): after 1 s, then 2, 4 … up
+to 30 s while it keeps failing fast, each restart logged. One that exits more than
+``RESTART_LIMIT`` times within a minute is broken, not unlucky: then everything stops.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlparse
@@ -35,6 +42,13 @@ COLOURS = {
 }
 CLOCK_QUEUE = os.environ.get("PROVISIONING_CLOCK_QUEUE", "gpulots-clock")
 RESET = "\033[0m"
+RESTART_LIMIT = 5
+"""Restarts of one child within RESTART_WINDOW seconds before `make run` gives up."""
+RESTART_WINDOW = 60.0
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 30.0
+STABLE_AFTER = 30.0
+"""A child that ran this long before exiting is restarted after BACKOFF_FIRST again."""
 
 
 def fail(message: str) -> NoReturn:
@@ -127,12 +141,12 @@ def spawn(name: str, command: list[str]) -> subprocess.Popen[str]:
     return process
 
 
-def start_devchain(port: str) -> subprocess.Popen[str]:
+def devchain_command(port: str) -> list[str]:
     """anvil on loopback, a block every 2 s, its state kept in var/ across restarts, quiet."""
     binary = ROOT / "node_modules" / ".bin" / "anvil"
     if not binary.exists():
         fail("anvil is missing — run `npm ci` (`make run` does it)")
-    command = [
+    return [
         str(binary),
         "--host",
         "127.0.0.1",
@@ -146,17 +160,119 @@ def start_devchain(port: str) -> subprocess.Popen[str]:
         str(VAR / "anvil-state.json"),
         "--quiet",  # no line per block or RPC call: the other logs stay readable
     ]
-    process = spawn("chain", command)
-    deadline = time.monotonic() + 30
+
+
+def wait_for_port(port: str, process: subprocess.Popen[str], seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", int(port))) == 0:
-                return process
+                return True
         if process.poll() is not None:
-            break
+            return False
         time.sleep(0.2)
+    return False
+
+
+def start_devchain(port: str) -> subprocess.Popen[str]:
+    process = spawn("chain", devchain_command(port))
+    if wait_for_port(port, process):
+        return process
     process.kill()
     fail(f"anvil did not start on port {port} (is the port taken? set DEVCHAIN_PORT)")
+
+
+def devchain_again(port: str) -> Callable[[subprocess.Popen[str]], None]:
+    """After anvil is restarted: wait for it, and deploy the contracts again should its
+    saved state have been lost with it."""
+
+    def again(process: subprocess.Popen[str]) -> None:
+        if not wait_for_port(port, process):
+            return  # it exited again: the supervisor sees it
+        result = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "manage.py"),
+                "devchain",
+                "setup",
+                "--url",
+                f"http://127.0.0.1:{port}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            print(f"make run: the dev chain's setup failed after its restart:\n{result.stderr}")
+
+    return again
+
+
+@dataclass
+class Child:
+    """A supervised child: its command, the process running it now, its restarts."""
+
+    name: str
+    command: list[str]
+    process: subprocess.Popen[str]
+    started: float = field(default_factory=time.monotonic)
+    restarts: deque[float] = field(default_factory=deque)
+    backoff: float = BACKOFF_FIRST
+    restart_at: float | None = None
+    after_restart: Callable[[subprocess.Popen[str]], None] | None = None
+
+
+def supervise(children: list[Child], stopping: threading.Event) -> int:
+    """Until ``stopping`` is set (Ctrl-C): restart every child that exits, with a growing
+    pause while it keeps failing fast. Returns 0, or 1 when a child exited more than
+    RESTART_LIMIT times within RESTART_WINDOW seconds (the caller then stops the rest)."""
+    while not stopping.is_set():
+        now = time.monotonic()
+        for child in children:
+            if child.restart_at is not None:
+                if now >= child.restart_at and not stopping.is_set():
+                    child.process = spawn(child.name, child.command)
+                    child.started, child.restart_at = time.monotonic(), None
+                    print(f"make run: {child.name} started again", flush=True)
+                    if child.after_restart is not None:
+                        child.after_restart(child.process)
+                continue
+            code = child.process.poll()
+            if code is None:
+                continue
+            while child.restarts and child.restarts[0] <= now - RESTART_WINDOW:
+                child.restarts.popleft()
+            if len(child.restarts) >= RESTART_LIMIT:
+                print(
+                    f"make run: {child.name} exited with {code}, {len(child.restarts) + 1} "
+                    f"times within {RESTART_WINDOW:g} s; giving up, stopping the rest",
+                    flush=True,
+                )
+                return 1
+            if now - child.started >= STABLE_AFTER:
+                child.backoff = BACKOFF_FIRST
+            delay, child.backoff = child.backoff, min(BACKOFF_MAX, child.backoff * 2)
+            child.restarts.append(now)
+            child.restart_at = now + delay
+            print(
+                f"make run: {child.name} exited with {code}; restarting it in {delay:g} s "
+                f"(restart {len(child.restarts)} of at most {RESTART_LIMIT} a minute)",
+                flush=True,
+            )
+        stopping.wait(0.2)
+    return 0
+
+
+def stop_all(children: list[Child]) -> None:
+    for child in children:
+        if child.process.poll() is None:
+            child.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for child in children:
+        try:
+            child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.process.kill()
 
 
 def celery_worker(*options: str) -> list[str]:
@@ -210,9 +326,15 @@ def main() -> int:
             str(VAR / "celerybeat-schedule"),
         ],
     }
-    processes: dict[str, subprocess.Popen[str]] = {"chain": anvil}
-    for name, command in commands.items():
-        processes[name] = spawn(name, command)
+    children = [
+        Child(
+            "chain",
+            devchain_command(chain_port),
+            anvil,
+            after_restart=devchain_again(chain_port),
+        )
+    ]
+    children += [Child(name, command, spawn(name, command)) for name, command in commands.items()]
 
     print(f"\nGPU lots is running: http://{host}:{port}/")
     print(f"Operator desk: http://{host}:{port}/admin/  ·  health: /healthz")
@@ -223,24 +345,8 @@ def main() -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    exit_code = 0
-    while not stopping.is_set():
-        for name, process in processes.items():
-            if process.poll() is not None:
-                print(f"make run: {name} exited with {process.returncode}; stopping the rest")
-                exit_code = 1
-                stopping.set()
-        stopping.wait(0.5)
-
-    for process in processes.values():
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 15
-    for process in processes.values():
-        try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
+    exit_code = supervise(children, stopping)
+    stop_all(children)
     print("make run: stopped.")
     return exit_code
 

@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -188,3 +189,66 @@ def test_it_says_in_one_line_when_a_service_is_down(
     assert len(lines) == 1, result.stderr
     assert f"{service} is not reachable" in lines[0]
     assert "start it with" in lines[0]
+
+
+def worker_pid(stack: Stack) -> int:
+    """The general worker's process (not the clock's): a child of `make run`."""
+    children = subprocess.run(
+        ["pgrep", "-P", str(stack.process.pid)], capture_output=True, text=True
+    ).stdout.split()
+    for pid in children:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"worker" in command and b"--concurrency" in command:
+            return int(pid)
+    raise AssertionError(f"no worker among {children}")
+
+
+def test_a_child_that_dies_is_restarted_and_the_rest_keep_running(stack: Stack) -> None:
+    stack.wait_for(r"worker \| .*ready\.")
+    stack.wait_for(r"beat \| .*beat: Starting")
+    first = worker_pid(stack)
+
+    os.kill(first, signal.SIGKILL)
+
+    stack.wait_for(r"make run: worker exited with -9; restarting it in 1 s", timeout=30)
+    deadline = time.monotonic() + 90
+    while len(re.findall(r"worker \| .*ready\.", stack.output)) < 2:
+        assert stack.process.poll() is None, stack.output
+        assert time.monotonic() < deadline, stack.output
+        time.sleep(0.2)
+    assert worker_pid(stack) != first
+    health = json.loads(urllib.request.urlopen(stack.url("/healthz")).read())
+    assert health["status"] == "ok"  # web and the rest never stopped
+
+    stack.process.send_signal(signal.SIGINT)  # Ctrl-C still stops everything
+    assert stack.process.wait(timeout=30) == 0
+    assert "make run: stopped." in stack.output
+
+
+def load_devstack(monkeypatch: pytest.MonkeyPatch) -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("devstack", DEVSTACK)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "devstack", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_child_that_keeps_dying_stops_make_run_after_the_restart_limit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    devstack: Any = load_devstack(monkeypatch)
+    monkeypatch.setattr(devstack, "BACKOFF_MAX", 0.05)
+    command = [sys.executable, "-c", "raise SystemExit(3)"]
+    child = devstack.Child("worker", command, devstack.spawn("worker", command), backoff=0.01)
+    started = time.monotonic()
+
+    assert devstack.supervise([child], threading.Event()) == 1
+
+    assert time.monotonic() - started < 20
+    out = capsys.readouterr().out
+    assert out.count("make run: worker exited with 3; restarting it in") == devstack.RESTART_LIMIT
+    assert "times within 60 s; giving up, stopping the rest" in out
