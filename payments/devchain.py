@@ -37,8 +37,16 @@ ETH_USD = 3000
 
 
 def anvil_binary() -> str:
-    local = ROOT / "node_modules" / ".bin" / "anvil"
-    found = str(local) if local.exists() else shutil.which("anvil")
+    """The anvil executable itself. npm's ``.bin/anvil`` is a Node script that spawns the
+    platform's binary as its child: a signal to it (a test stopping the node, a supervisor
+    restarting it) would not reach the node, so the platform package's binary comes first."""
+    modules = ROOT / "node_modules" / "@foundry-rs"
+    candidates = [
+        *sorted(modules.glob("anvil-*/bin/anvil")),
+        ROOT / "node_modules" / ".bin" / "anvil",
+    ]
+    local = next((path for path in candidates if path.exists()), None)
+    found = str(local) if local else shutil.which("anvil")
     if not found:
         raise RuntimeError("anvil is missing: run `npm ci` (make install does)")
     return found
