@@ -6,19 +6,18 @@ from __future__ import annotations
 import base64
 import json
 import re
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from django.test import Client
-from django.utils import timezone
 
 from accounts.models import User
 from api.models import ApiToken
 from reservations.models import Order
-from tests.conftest import Inventory, openssh_public_key
+from tests.api.test_api import order_body as api_order
+from tests.conftest import Inventory
 from tests.reservations.test_booking_pages import book_until_review, contact, field_errors, plan
 
 pytestmark = pytest.mark.django_db
@@ -26,23 +25,6 @@ pytestmark = pytest.mark.django_db
 HORIZON = "Bookings open at most 180 days ahead."
 PAST = "The start lies in the past."
 BIDI = "invisible direction controls"
-
-
-def api_order(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "kind": "h200",
-        "lot_count": 1,
-        "window_days": 7,
-        "starts_at": (timezone.now() + timedelta(days=3)).replace(microsecond=0).isoformat(),
-        "environment": "pytorch-2.9-cuda-12.8",
-        "usage_mode": "distributed",
-        "hypothesis": "shorter_step",
-        "contact_name": "Ada Lovelace",
-        "contact_email": "ada@example.org",
-        "ssh_public_keys": [openssh_public_key()],
-    }
-    body.update(overrides)
-    return body
 
 
 @pytest.fixture
