@@ -155,7 +155,11 @@ class DevChain:
         return str(self.w3.provider.make_request("evm_snapshot", [])["result"])  # type: ignore[arg-type]
 
     def revert(self, snapshot_id: str) -> None:
+        """Back to the snapshot's state, with the clock back at the wall's: anvil's revert
+        also rewinds its clock to the snapshot's block, so every later block would be dated
+        that much in the past (a payment "on time" that was mined after a deadline)."""
         self.w3.provider.make_request("evm_revert", [snapshot_id])  # type: ignore[arg-type]
+        self.w3.provider.make_request("evm_setTime", [int(time.time())])  # type: ignore[arg-type]
 
     def set_price(self, usd: int, updated_at: int | None = None) -> None:
         feed = self.contract("MockPriceFeed", ETH_USD_FEED)

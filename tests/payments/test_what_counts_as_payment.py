@@ -369,3 +369,19 @@ def test_a_claim_naming_an_unrelated_transaction_says_so(payments: Payments, ord
     assert services.check_claim(invoice, services.client_for(payments.chain)) == "not_found"
     scan(payments)
     assert state(invoice) == (Invoice.STATUS_NEW, "")
+
+
+def test_the_dev_chain_keeps_the_walls_time_after_a_revert(anvil_url: str) -> None:
+    """Anvil's revert rewinds its clock to the snapshot: every test after the first would
+    mine blocks dated in the past, and a payment after a deadline would count as on time."""
+    import time as wall
+
+    from payments.devchain import DevChain
+
+    dev = DevChain(anvil_url)
+    snapshot = dev.snapshot()
+    wall.sleep(3)
+    dev.revert(snapshot)
+    dev.mine(1)
+    mined_at = dev.w3.eth.get_block("latest")["timestamp"]
+    assert mined_at >= int(wall.time()) - 1
