@@ -33,6 +33,18 @@ def openssh_public_key(comment: str = "ada@lab") -> str:
     return f"{line.decode()} {comment}"
 
 
+@pytest.fixture(autouse=True)
+def _default_language() -> Iterator[None]:
+    """Every test starts in the default language and leaves no other active: Django's
+    LocaleMiddleware activates a request's language in the test's thread and never resets
+    it, so a request to /de/ would make a later test's refusals German."""
+    from django.utils import translation
+
+    translation.activate("en")
+    yield
+    translation.deactivate()
+
+
 @pytest.fixture
 def ssh_key() -> str:
     return openssh_public_key()

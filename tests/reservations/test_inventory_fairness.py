@@ -5,7 +5,6 @@ kind's lot-days, and a short hold until the contact address proves itself."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,7 +13,7 @@ from django.conf import settings
 from django.core import mail
 from django.core.mail import EmailMultiAlternatives
 from django.test import Client
-from django.utils import timezone, translation
+from django.utils import timezone
 
 from accounts.models import User
 from api.models import ApiToken
@@ -36,13 +35,6 @@ from tests.conftest import Inventory, RequestFactory, openssh_public_key
 from tests.reservations.test_booking_pages import book_until_review, start_day
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def in_english() -> Iterator[None]:
-    """The refusals are in the active language; these tests read the English ones."""
-    with translation.override("en"):
-        yield
 
 
 STRANGER = fairness.Party(client_key=fairness.client_key("203.0.113.7"))
