@@ -54,10 +54,6 @@ class Party:
         return cls(client_key=client_key(client_ident(request)), user=user)
 
 
-OPERATOR = Party()
-"""Orders placed by the operator (admin, shell, scripts): no client, limits per mailbox only."""
-
-
 def client_key(ident: str) -> str:
     """A keyed hash of a client identity (config.clients): the order keeps no address."""
     digest = hmac.new(settings.SECRET_KEY.encode(), f"client:{ident}".encode(), hashlib.sha256)
