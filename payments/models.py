@@ -11,6 +11,7 @@ from __future__ import annotations
 from decimal import Context, Decimal, Inexact, InvalidOperation, Rounded
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
@@ -50,7 +51,47 @@ class Chain(models.Model):
         default=False, help_text=_("Count only blocks the node reports as finalized")
     )
     scanned_block = models.BigIntegerField(
-        null=True, blank=True, help_text=_("Highest block the scanner has looked at")
+        null=True,
+        blank=True,
+        help_text=_(
+            "The scanner's cursor: every block up to this one has been read for every open "
+            "invoice; the next cycle reads on from here (and the re-check window again)"
+        ),
+    )
+    block_range_limit = models.PositiveIntegerField(
+        default=2000,
+        help_text=_(
+            "Most blocks per eth_getLogs request (providers refuse larger ranges); a range "
+            "the node still refuses is split further"
+        ),
+    )
+    reorg_window = models.PositiveIntegerField(
+        default=64,
+        help_text=_(
+            "Re-check window: the last blocks read again every cycle for reorganisations "
+            "(at least the confirmations); a deeper one is reported"
+        ),
+    )
+    checkpoint_block = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("The block just below the re-check window at the last scan"),
+    )
+    checkpoint_hash = models.CharField(
+        max_length=66, blank=True, help_text=_("Its hash then: a change is a deep reorganisation")
+    )
+    deep_reorg_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_("When a reorganisation deeper than the re-check window was last seen"),
+    )
+    deep_reorg_note = models.CharField(max_length=300, blank=True)
+    quorum = models.PositiveSmallIntegerField(
+        default=1,
+        help_text=_(
+            "Independent RPC endpoints that must return the same transfer (same log, same "
+            "block hash) before it counts as confirmed"
+        ),
     )
     read_through = models.DateTimeField(
         null=True,
@@ -74,6 +115,48 @@ class Chain(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.chain_id})"
+
+    def clean(self) -> None:
+
+        errors: dict[str, str] = {}
+        if self.reorg_window < self.confirmations:
+            errors["reorg_window"] = _("At least the confirmations (%(n)s).") % {
+                "n": self.confirmations
+            }
+        if self.block_range_limit < 1:
+            errors["block_range_limit"] = _("At least one block.")
+        if self.quorum < 1:
+            errors["quorum"] = _("At least one endpoint.")
+        if errors:
+            raise ValidationError(errors)
+
+
+class RpcEndpoint(models.Model):
+    """One more node of a chain, besides its ``rpc_url`` (the first): the scanner fails over
+    to the healthiest, and a quorum above one asks several to agree."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="endpoints")
+    url = models.CharField(max_length=500)
+    label = models.CharField(
+        max_length=60, blank=True, help_text=_("The provider, to tell them apart")
+    )
+    priority = models.PositiveSmallIntegerField(default=10, help_text=_("Lower is tried first"))
+    is_active = models.BooleanField(default=True)
+    last_ok_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=300, blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    failures = models.PositiveIntegerField(
+        default=0, help_text=_("Failures in a row since it last answered")
+    )
+
+    class Meta:
+        ordering = ("chain", "priority", "id")
+        constraints = [
+            models.UniqueConstraint(fields=("chain", "url"), name="endpoint_url_per_chain")
+        ]
+
+    def __str__(self) -> str:
+        return self.label or self.url
 
 
 class Asset(models.Model):
@@ -352,10 +435,14 @@ class Transfer(models.Model):
     block_hash = models.CharField(max_length=66)
     block_time = models.DateTimeField()
     status = models.CharField(max_length=10, choices=STATUS_CHOICES, default=STATUS_SEEN)
+    attested_by = models.PositiveSmallIntegerField(
+        default=1, help_text=_("RPC endpoints that returned this log in this block")
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ("block_number", "log_index")
+        indexes = [models.Index(fields=("chain", "block_number"), name="transfer_block_idx")]
         constraints = [
             models.UniqueConstraint(
                 fields=("chain", "tx_hash", "log_index"), name="transfer_credited_once"
