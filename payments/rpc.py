@@ -28,6 +28,51 @@ class RpcError(Exception):
     """The node answered with a JSON-RPC error."""
 
 
+class RangeTooLarge(RpcError):
+    """The node refused an eth_getLogs query as too large (too many blocks or results): the
+    caller splits the range (or the addresses) and asks again."""
+
+
+TOO_LARGE_HINTS = (
+    "range",
+    "too many",
+    "more than",
+    "limit exceeded",
+    "too large",
+    "exceed",
+    "response size",
+)
+"""Words providers use when a logs query is too big (Infura: "query returned more than
+10000 results"; Alchemy: "block range"; QuickNode: "eth_getLogs is limited to a 10,000
+range"; geth: "exceed maximum block range"; -32005 and -32602 codes)."""
+
+
+def _is_too_large(error: dict[str, Any]) -> bool:
+    message = str(error.get("message", "")).lower()
+    return error.get("code") == -32005 or any(hint in message for hint in TOO_LARGE_HINTS)
+
+
+@dataclass(frozen=True)
+class LogFilter:
+    """Transfer logs of ``token`` to any of ``recipients`` in [from_block, to_block]."""
+
+    token: str
+    recipients: tuple[str, ...]
+    from_block: int
+    to_block: int
+
+    def params(self) -> list[Any]:
+        recipients = ["0x" + "0" * 24 + r[2:].lower() for r in self.recipients]
+        return [
+            {
+                "address": self.token,
+                "fromBlock": hex(self.from_block),
+                "toBlock": hex(self.to_block),
+                "topics": [TRANSFER_TOPIC, None, recipients],
+            }
+        ]
+
+
 @dataclass(frozen=True)
 class Log:
     address: str
@@ -129,31 +174,54 @@ class RpcClient:
         self, token: str, recipients: list[str], from_block: int, to_block: int
     ) -> list[Log]:
         """Transfer logs of ``token`` to any of ``recipients`` (an OR filter on topic 2)."""
-        topics = [TRANSFER_TOPIC, None, ["0x" + "0" * 24 + r[2:].lower() for r in recipients]]
-        found = self.call(
-            "eth_getLogs",
-            [
-                {
-                    "address": token,
-                    "fromBlock": hex(from_block),
-                    "toBlock": hex(to_block),
-                    "topics": topics,
-                }
-            ],
-        )
-        return [
-            Log(
-                address=entry["address"].lower(),
-                topics=entry["topics"],
-                data=entry["data"],
-                block_number=int(entry["blockNumber"], 16),
-                block_hash=entry["blockHash"],
-                tx_hash=entry["transactionHash"],
-                log_index=int(entry["logIndex"], 16),
-            )
-            for entry in found
-            if not entry.get("removed")
+        found = self.logs_many([LogFilter(token, tuple(recipients), from_block, to_block)])[0]
+        if isinstance(found, RpcError):
+            raise found
+        return found
+
+    def logs_many(self, filters: list[LogFilter]) -> list[list[Log] | RpcError]:
+        """Several eth_getLogs queries in one request (a JSON-RPC batch). Each answer is the
+        filter's logs, or the error the node gave for it — ``RangeTooLarge`` when it refused
+        the query's size, so that the caller splits it; one refused query does not lose the
+        others' answers. A transport failure raises RpcUnavailable."""
+        if not filters:
+            return []
+        first = next(self._ids)
+        payload = [
+            {"jsonrpc": "2.0", "id": first + i, "method": "eth_getLogs", "params": f.params()}
+            for i, f in enumerate(filters)
         ]
+        self._ids = itertools.count(first + len(filters))
+        replies = self._post(payload)
+        if not isinstance(replies, list):
+            raise RpcUnavailable(f"{self.url}: a batch answered with {type(replies).__name__}")
+        by_id = {reply.get("id"): reply for reply in replies if isinstance(reply, dict)}
+        answers: list[list[Log] | RpcError] = []
+        for i in range(len(filters)):
+            reply = by_id.get(first + i)
+            if reply is None:
+                raise RpcUnavailable(f"{self.url}: no answer for eth_getLogs in a batch")
+            error = reply.get("error")
+            if error:
+                kind = RangeTooLarge if _is_too_large(error) else RpcError
+                answers.append(kind(f"eth_getLogs: {error.get('message', error)}"))
+                continue
+            answers.append(
+                [
+                    Log(
+                        address=entry["address"].lower(),
+                        topics=entry["topics"],
+                        data=entry["data"],
+                        block_number=int(entry["blockNumber"], 16),
+                        block_hash=entry["blockHash"],
+                        tx_hash=entry["transactionHash"],
+                        log_index=int(entry["logIndex"], 16),
+                    )
+                    for entry in reply.get("result") or []
+                    if not entry.get("removed")
+                ]
+            )
+        return answers
 
     def balances(self, addresses: list[str], blocks: list[int]) -> dict[tuple[str, int], int]:
         """Native balances of each address at each block, in one request."""
