@@ -330,6 +330,13 @@ if not PAYMENT_XPUB.startswith(("xpub", "tpub")):
 PAYMENT_MONITOR_HOURS = env_int("PAYMENT_MONITOR_HOURS", 24, minimum=0)
 """How long after an invoice expires late payments are still watched for."""
 PAYMENT_RPC_TIMEOUT = env_int("PAYMENT_RPC_TIMEOUT_SECONDS", 10, minimum=1)
+PAYMENT_SCAN_RANGES_PER_CYCLE = env_int("PAYMENT_SCAN_RANGES_PER_CYCLE", 25, minimum=1)
+"""A scan cycle reads at most this many block ranges (each the chain's block_range_limit)
+past its cursor: after downtime the scanner catches up in bounded steps, cycle by cycle."""
+PAYMENT_RPC_BATCH_LIMIT = env_int("PAYMENT_RPC_BATCH_LIMIT", 100, minimum=1)
+"""Most calls in one JSON-RPC batch request (providers cap batches, often at 100-1000)."""
+PAYMENT_ENDPOINT_BACKOFF_SECONDS = env_int("PAYMENT_ENDPOINT_BACKOFF_SECONDS", 30, minimum=1)
+"""An RPC endpoint that failed is tried after the healthy ones for this long."""
 PAYMENT_CHECK_DELAYED_SECONDS = env_int(
     "PAYMENT_CHECK_DELAYED_SECONDS", 3 * PAYMENT_SCAN_SECONDS, minimum=1
 )

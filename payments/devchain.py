@@ -59,8 +59,15 @@ def free_port() -> int:
 
 
 def start_anvil(
-    port: int, *, chain_id: int = CHAIN_ID, block_time: int | None = None, state: Path | None = None
+    port: int,
+    *,
+    chain_id: int = CHAIN_ID,
+    block_time: int | None = None,
+    state: Path | None = None,
+    prune_history: bool = False,
 ) -> subprocess.Popen[bytes]:
+    """anvil on ``port``. ``prune_history``: keep only recent states, so that mining tens of
+    thousands of blocks takes seconds, not minutes (balances at old blocks are then gone)."""
     command = [
         anvil_binary(),
         "--host",
@@ -74,6 +81,8 @@ def start_anvil(
         command += ["--block-time", str(block_time)]
     if state:
         command += ["--state", str(state)]
+    if prune_history:
+        command += ["--prune-history", "256"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -148,8 +157,10 @@ class DevChain:
             )
         return address
 
-    def mine(self, blocks: int = 1) -> None:
-        self.w3.provider.make_request("anvil_mine", [hex(blocks)])  # type: ignore[arg-type]
+    def mine(self, blocks: int = 1, *, seconds_apart: int | None = None) -> None:
+        """Mine ``blocks`` empty blocks (``seconds_apart`` 0: all at the same time)."""
+        params = [hex(blocks)] if seconds_apart is None else [hex(blocks), hex(seconds_apart)]
+        self.w3.provider.make_request("anvil_mine", params)  # type: ignore[arg-type]
 
     def snapshot(self) -> str:
         return str(self.w3.provider.make_request("evm_snapshot", [])["result"])  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ from eth_abi import decode
 from eth_abi.exceptions import DecodingError
 
 from payments.models import Asset, Invoice
+from payments.nodes import NodeClient
 from payments.prices import FEED_DECIMALS
 from payments.rpc import DECIMALS, SYMBOL, RpcClient, RpcError
 
@@ -54,7 +55,7 @@ class AssetMismatch(Exception):
         self.problems = problems
 
 
-def verify_asset(asset: Asset, client: RpcClient | None = None) -> None:
+def verify_asset(asset: Asset, client: NodeClient | None = None) -> None:
     """Raise AssetMismatch unless the chain agrees with ``asset`` (saved or not, with its
     chain): chain id, contract code, decimals and symbol. RpcUnavailable: the node could not
     be asked (nothing is known)."""
@@ -70,7 +71,7 @@ def verify_asset(asset: Asset, client: RpcClient | None = None) -> None:
         raise AssetMismatch(asset, problems)
 
 
-def _token(asset: Asset, client: RpcClient) -> list[str]:
+def _token(asset: Asset, client: NodeClient) -> list[str]:
     address = asset.contract_address
     found = _contract(client, address, asset.chain.chain_id)
     if found:
@@ -94,7 +95,7 @@ def _token(asset: Asset, client: RpcClient) -> list[str]:
     return problems
 
 
-def _native(asset: Asset, client: RpcClient) -> list[str]:
+def _native(asset: Asset, client: NodeClient) -> list[str]:
     problems = []
     if asset.decimals != NATIVE_DECIMALS:
         problems.append(
@@ -116,7 +117,7 @@ def _native(asset: Asset, client: RpcClient) -> list[str]:
     return problems
 
 
-def _contract(client: RpcClient, address: str, chain_id: int) -> list[str]:
+def _contract(client: NodeClient, address: str, chain_id: int) -> list[str]:
     if not ADDRESS.match(address):
         return [f"{address!r} is not an address (0x and 40 hexadecimal digits)"]
     try:
@@ -128,7 +129,7 @@ def _contract(client: RpcClient, address: str, chain_id: int) -> list[str]:
     return []
 
 
-def _returned(client: RpcClient, address: str, selector: str) -> bytes | None:
+def _returned(client: NodeClient, address: str, selector: str) -> bytes | None:
     try:
         raw = client.eth_call(address, selector)
     except RpcError:  # reverted: no such function
@@ -139,14 +140,14 @@ def _returned(client: RpcClient, address: str, selector: str) -> bytes | None:
         return None
 
 
-def _uint(client: RpcClient, address: str, selector: str) -> int | None:
+def _uint(client: NodeClient, address: str, selector: str) -> int | None:
     data = _returned(client, address, selector)
     if data is None or len(data) != 32:
         return None
     return int.from_bytes(data, "big")
 
 
-def _symbol(client: RpcClient, address: str) -> str | None:
+def _symbol(client: NodeClient, address: str) -> str | None:
     """``symbol()`` as a string, or as bytes32 (older tokens such as MKR)."""
     data = _returned(client, address, SYMBOL)
     if not data:
@@ -185,7 +186,7 @@ def known_mismatch(asset: Asset) -> bool:
     return bool(cache.get(_key("mismatch", asset)))
 
 
-def check_before_invoicing(asset: Asset, client: RpcClient) -> None:
+def check_before_invoicing(asset: Asset, client: NodeClient) -> None:
     """verify_asset, its answer kept PAYMENT_ASSET_CHECK_SECONDS per asset and configuration
     (the page is not slowed; a refused coin does not ask the node again and again). On a
     mismatch: AssetMismatch, logged, and the operator mailed once."""

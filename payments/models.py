@@ -118,7 +118,7 @@ class Chain(models.Model):
 
     def clean(self) -> None:
 
-        errors: dict[str, str] = {}
+        errors: dict[str, Any] = {}
         if self.reorg_window < self.confirmations:
             errors["reorg_window"] = _("At least the confirmations (%(n)s).") % {
                 "n": self.confirmations

@@ -6,7 +6,8 @@ import time
 from decimal import Decimal
 
 from payments.models import Asset
-from payments.rpc import LATEST_ROUND_DATA, RpcClient
+from payments.nodes import NodeClient
+from payments.rpc import LATEST_ROUND_DATA
 
 FEED_DECIMALS = 8
 SANE_USD_PER_ETH = (Decimal(10), Decimal(1_000_000))
@@ -16,7 +17,7 @@ class PriceUnavailable(Exception):
     """The feed is stale, absurd or unreachable: the coin is not offered until it is fixed."""
 
 
-def usd_per_unit(asset: Asset, client: RpcClient, *, now: float | None = None) -> Decimal:
+def usd_per_unit(asset: Asset, client: NodeClient, *, now: float | None = None) -> Decimal:
     """USD for one whole coin (1 ETH); 1 for stablecoins, priced at face value."""
     if not asset.is_native:
         return Decimal(1)
