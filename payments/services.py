@@ -410,7 +410,7 @@ class ScanReport:
     from_block: int | None = None
     to_block: int | None = None
     """The blocks this cycle read for Transfer logs (None: none to read)."""
-    head: int | None = None
+    head: int = 0
     caught_up: bool = True
     """False while the cursor is still catching up with the head (after downtime)."""
     deep_reorg: bool = False

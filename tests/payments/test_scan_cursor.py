@@ -123,10 +123,12 @@ def test_a_scanner_back_from_downtime_catches_up_in_bounded_steps(order: Order) 
             dev.pay_invoice(invoice)
             dev.mine(800)
             provider.ranges.clear()
-            steps = []
+            steps: list[tuple[int, int, bool]] = []
             with override_settings(PAYMENT_SCAN_RANGES_PER_CYCLE=2):
                 for _ in range(12):
                     report = services.scan_chain(Chain.objects.get(pk=chain.pk))
+                    assert report.from_block is not None
+                    assert report.to_block is not None
                     steps.append((report.from_block, report.to_block, report.caught_up))
                     invoice.refresh_from_db()
                     if report.caught_up:
