@@ -8,12 +8,17 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.forms.models import construct_instance
 from django.http import HttpRequest, HttpResponse
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.text import Truncator
+from django.utils.timezone import localtime
+from django.utils.translation import gettext_lazy as _
 
 from payments import integrity, services
-from payments.models import Asset, Chain, Invoice, Transfer
+from payments.models import Asset, Chain, Invoice, RpcEndpoint, Transfer
 from payments.rpc import RpcError, RpcUnavailable
 from reservations.admin import ReadOnlyInline, ask_reason
 from reservations.errors import BookingRefused, InvalidTransition, LotUnavailable
@@ -68,26 +73,147 @@ class AssetInline(admin.TabularInline):
     extra = 0
 
 
+class RpcEndpointInline(admin.TabularInline):
+    """The chain's extra nodes (besides its RPC URL); their health is the scanner's to say."""
+
+    model = RpcEndpoint
+    extra = 0
+    fields = (
+        "url",
+        "label",
+        "priority",
+        "is_active",
+        "last_ok_at",
+        "failures",
+        "last_error",
+        "last_error_at",
+    )
+    readonly_fields = ("last_ok_at", "failures", "last_error", "last_error_at")
+
+
+def healthy(prefix: str = "") -> Q:
+    """An extra endpoint that is in use, has answered, and has not failed since."""
+    return Q(
+        **{f"{prefix}is_active": True, f"{prefix}failures": 0, f"{prefix}last_ok_at__isnull": False}
+    )
+
+
 @admin.register(Chain)
 class ChainAdmin(admin.ModelAdmin):
+    """Chains: what is configured (Chain.clean()'s errors show on the fields) and how the
+    scanner fares: its cursor, the last scan and its error, a reorganisation deeper than the
+    re-check window (in red), and the extra endpoints with how many are healthy."""
+
     list_display = (
         "name",
         "chain_id",
-        "rpc_url",
-        "confirmations",
-        "scanned_block",
-        "read_through",
-        "last_scan_at",
         "is_active",
+        "scanned_block",
+        "last_scan_at",
+        "scan_error",
+        "deep_reorg",
+        "endpoint_count",
+        "healthy_endpoint_count",
+    )
+    list_filter = ("is_active",)
+    fieldsets = (
+        (None, {"fields": ("name", "chain_id", "rpc_url", "is_active")}),
+        (
+            _("Confirmation and scanning"),
+            {
+                "fields": (
+                    "confirmations",
+                    "use_finalized_tag",
+                    "block_range_limit",
+                    "reorg_window",
+                    "quorum",
+                )
+            },
+        ),
+        (
+            _("Scan health"),
+            {
+                "fields": (
+                    "deep_reorg",
+                    "scanned_block",
+                    "read_through",
+                    "last_scan_at",
+                    "last_scan_error",
+                    "last_scan_error_at",
+                    "checkpoint_block",
+                    "checkpoint_hash",
+                )
+            },
+        ),
     )
     readonly_fields = (
+        "deep_reorg",
         "scanned_block",
         "read_through",
         "last_scan_at",
         "last_scan_error",
         "last_scan_error_at",
+        "checkpoint_block",
+        "checkpoint_hash",
     )
-    inlines = (AssetInline,)
+    inlines = (RpcEndpointInline, AssetInline)
+    actions = ("clear_deep_reorg",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Chain]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                endpoints_total=Count("endpoints"),
+                endpoints_healthy=Count("endpoints", filter=healthy("endpoints__")),
+            )
+        )
+
+    @admin.display(description=_("last scan error"))
+    def scan_error(self, chain: Chain) -> str:
+        if not chain.last_scan_error:
+            return "—"
+        when = (
+            date_format(localtime(chain.last_scan_error_at), "SHORT_DATETIME_FORMAT")
+            if chain.last_scan_error_at
+            else ""
+        )
+        return format_html(
+            '<span title="{}">{}{}</span>',
+            chain.last_scan_error,
+            f"{when}: " if when else "",
+            Truncator(chain.last_scan_error).chars(80),
+        )
+
+    @admin.display(description=_("deep reorganisation"), ordering="deep_reorg_at")
+    def deep_reorg(self, chain: Chain) -> str:
+        if chain.deep_reorg_at is None:
+            return "—"
+        return format_html(
+            '<strong class="deep-reorg" style="color:#ba2121">{}</strong> {}{}',
+            _("deep reorg"),
+            date_format(localtime(chain.deep_reorg_at), "SHORT_DATETIME_FORMAT"),
+            f" — {chain.deep_reorg_note}" if chain.deep_reorg_note else "",
+        )
+
+    @admin.action(description=_("Clear the deep-reorganisation marker (payments checked)"))
+    def clear_deep_reorg(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
+        """Once the operator has checked the payments around it (the scanner sets it again on
+        the next reorganisation deeper than the window)."""
+        chosen = list(queryset.values_list("pk", flat=True))
+        marked = Chain.objects.filter(pk__in=chosen).exclude(deep_reorg_at=None)
+        cleared = marked.update(deep_reorg_at=None, deep_reorg_note="")
+        self.message_user(request, _("Cleared on %(n)d chain(s).") % {"n": cleared})
+
+    @admin.display(description=_("extra endpoints"), ordering="endpoints_total")
+    def endpoint_count(self, chain: Chain) -> int:
+        total = getattr(chain, "endpoints_total", None)
+        return chain.endpoints.count() if total is None else int(total)
+
+    @admin.display(description=_("healthy"), ordering="endpoints_healthy")
+    def healthy_endpoint_count(self, chain: Chain) -> int:
+        count = getattr(chain, "endpoints_healthy", None)
+        return chain.endpoints.filter(healthy()).count() if count is None else int(count)
 
 
 @admin.register(Asset)
