@@ -23,12 +23,10 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.mail import mail_admins
 from django.utils.translation import gettext_lazy as _
-from eth_abi import decode
-from eth_abi.exceptions import DecodingError
 
 from payments.models import Asset, Invoice
-from payments.prices import FEED_DECIMALS
-from payments.rpc import DECIMALS, SYMBOL, RpcClient, RpcError
+from payments.prices import FEED_DECIMALS, feed_decimals
+from payments.rpc import RpcClient, RpcError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +74,7 @@ def _token(asset: Asset, client: RpcClient) -> list[str]:
     if found:
         return found
     problems = []
-    decimals = _uint(client, address, DECIMALS)
+    decimals = client.erc20_decimals(address)
     if decimals is None:
         problems.append(f"the contract {address} does not answer decimals()")
     elif decimals != asset.decimals:
@@ -84,7 +82,7 @@ def _token(asset: Asset, client: RpcClient) -> list[str]:
             f"the contract {address} has {decimals} decimals, the configuration says "
             f"{asset.decimals}"
         )
-    symbol = _symbol(client, address)
+    symbol = client.erc20_symbol(address)
     if symbol is None:
         problems.append(f"the contract {address} does not answer symbol()")
     elif symbol != asset.symbol:
@@ -106,7 +104,7 @@ def _native(asset: Asset, client: RpcClient) -> list[str]:
         found = _contract(client, feed, asset.chain.chain_id)
         if found:
             return problems + found
-        decimals = _uint(client, feed, DECIMALS)
+        decimals = feed_decimals(feed, client)
         if decimals != FEED_DECIMALS:
             problems.append(
                 f"the price feed {feed} has {decimals} decimals, not {FEED_DECIMALS}"
@@ -126,37 +124,6 @@ def _contract(client: RpcClient, address: str, chain_id: int) -> list[str]:
     if code in ("", "0x", "None"):
         return [f"there is no contract at {address} on chain {chain_id}"]
     return []
-
-
-def _returned(client: RpcClient, address: str, selector: str) -> bytes | None:
-    try:
-        raw = client.eth_call(address, selector)
-    except RpcError:  # reverted: no such function
-        return None
-    try:
-        return bytes.fromhex(raw.removeprefix("0x"))
-    except ValueError:
-        return None
-
-
-def _uint(client: RpcClient, address: str, selector: str) -> int | None:
-    data = _returned(client, address, selector)
-    if data is None or len(data) != 32:
-        return None
-    return int.from_bytes(data, "big")
-
-
-def _symbol(client: RpcClient, address: str) -> str | None:
-    """``symbol()`` as a string, or as bytes32 (older tokens such as MKR)."""
-    data = _returned(client, address, SYMBOL)
-    if not data:
-        return None
-    try:
-        return str(decode(["string"], data)[0])
-    except (DecodingError, OverflowError, UnicodeDecodeError):
-        if len(data) == 32:
-            return data.rstrip(b"\0").decode("utf-8", "replace")
-        return None
 
 
 # --------------------------------------------------------------------------- before invoicing
