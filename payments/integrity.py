@@ -23,13 +23,11 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.mail import mail_admins
 from django.utils.translation import gettext_lazy as _
-from eth_abi import decode
-from eth_abi.exceptions import DecodingError
 
 from payments.models import Asset, Invoice
 from payments.nodes import NodeClient
-from payments.prices import FEED_DECIMALS
-from payments.rpc import DECIMALS, SYMBOL, RpcClient, RpcError
+from payments.prices import FEED_DECIMALS, feed_decimals
+from payments.rpc import RpcClient, RpcError
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +75,7 @@ def _token(asset: Asset, client: NodeClient) -> list[str]:
     if found:
         return found
     problems = []
-    decimals = _uint(client, address, DECIMALS)
+    decimals = client.erc20_decimals(address)
     if decimals is None:
         problems.append(f"the contract {address} does not answer decimals()")
     elif decimals != asset.decimals:
@@ -85,7 +83,7 @@ def _token(asset: Asset, client: NodeClient) -> list[str]:
             f"the contract {address} has {decimals} decimals, the configuration says "
             f"{asset.decimals}"
         )
-    symbol = _symbol(client, address)
+    symbol = client.erc20_symbol(address)
     if symbol is None:
         problems.append(f"the contract {address} does not answer symbol()")
     elif symbol != asset.symbol:
@@ -107,7 +105,7 @@ def _native(asset: Asset, client: NodeClient) -> list[str]:
         found = _contract(client, feed, asset.chain.chain_id)
         if found:
             return problems + found
-        decimals = _uint(client, feed, DECIMALS)
+        decimals = feed_decimals(feed, client)
         if decimals != FEED_DECIMALS:
             problems.append(
                 f"the price feed {feed} has {decimals} decimals, not {FEED_DECIMALS}"
@@ -127,37 +125,6 @@ def _contract(client: NodeClient, address: str, chain_id: int) -> list[str]:
     if code in ("", "0x", "None"):
         return [f"there is no contract at {address} on chain {chain_id}"]
     return []
-
-
-def _returned(client: NodeClient, address: str, selector: str) -> bytes | None:
-    try:
-        raw = client.eth_call(address, selector)
-    except RpcError:  # reverted: no such function
-        return None
-    try:
-        return bytes.fromhex(raw.removeprefix("0x"))
-    except ValueError:
-        return None
-
-
-def _uint(client: NodeClient, address: str, selector: str) -> int | None:
-    data = _returned(client, address, selector)
-    if data is None or len(data) != 32:
-        return None
-    return int.from_bytes(data, "big")
-
-
-def _symbol(client: NodeClient, address: str) -> str | None:
-    """``symbol()`` as a string, or as bytes32 (older tokens such as MKR)."""
-    data = _returned(client, address, SYMBOL)
-    if not data:
-        return None
-    try:
-        return str(decode(["string"], data)[0])
-    except (DecodingError, OverflowError, UnicodeDecodeError):
-        if len(data) == 32:
-            return data.rstrip(b"\0").decode("utf-8", "replace")
-        return None
 
 
 # --------------------------------------------------------------------------- before invoicing

@@ -1,7 +1,7 @@
 """A chain's RPC endpoints behind one client: failover, health, and witnesses for a quorum.
 
 A chain has its ``rpc_url`` and any number of extra ``RpcEndpoint`` rows. Every call goes to
-the current endpoint; one that cannot be reached, answers errors or serves another chain is
+the current endpoint; one that cannot be reached, answers garbage or serves another chain is
 marked failed (its row says when and why, and it is tried after the healthy ones for
 PAYMENT_ENDPOINT_BACKOFF_SECONDS) and the next one answers instead — within the same scan
 cycle. Only when none answers does the caller see RpcUnavailable (the invoices then say
@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db.models import F
 from django.utils import timezone
+from eth_typing import ABI
 
 from payments.models import Chain, RpcEndpoint
 from payments.rpc import Log, LogFilter, RpcClient, RpcError, RpcUnavailable
@@ -59,6 +60,9 @@ class NodeClient(Protocol):
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]: ...
     def eth_call(self, to: str, data: str) -> str: ...
     def code(self, address: str) -> str: ...
+    def read(self, address: str, abi: ABI, function: str, *args: Any) -> Any: ...
+    def erc20_decimals(self, address: str) -> int | None: ...
+    def erc20_symbol(self, address: str) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -159,19 +163,18 @@ class Nodes:
         for i in [*range(self._current, len(self.endpoints)), *range(self._current)]:
             try:
                 result = work(self._client(i))
-            except (RpcUnavailable, RpcError, ChainMismatch) as exc:
+            except (RpcUnavailable, ChainMismatch) as exc:
                 self._failed(i, exc)
                 failures.append(exc)
                 continue
+            # A JSON-RPC error (RpcError: a revert, a refused query) is the node's answer,
+            # not its failure: it reaches the caller as it is.
             self._current = i
             self._ok(i)
             return result
         if all(isinstance(exc, ChainMismatch) for exc in failures):
             raise failures[-1]
-        errors = "; ".join(f"{type(exc).__name__}: {exc}" for exc in failures)
-        if all(isinstance(exc, RpcError) for exc in failures):
-            raise type(failures[-1])(errors)
-        raise RpcUnavailable(errors)
+        raise RpcUnavailable("; ".join(f"{type(exc).__name__}: {exc}" for exc in failures))
 
     def witnesses(self, count: int) -> list[RpcClient]:
         """Up to ``count`` endpoints other than the current one that answer for this chain
@@ -231,3 +234,12 @@ class Nodes:
 
     def code(self, address: str) -> str:
         return self._run(lambda c: c.code(address))
+
+    def read(self, address: str, abi: ABI, function: str, *args: Any) -> Any:
+        return self._run(lambda c: c.read(address, abi, function, *args))
+
+    def erc20_decimals(self, address: str) -> int | None:
+        return self._run(lambda c: c.erc20_decimals(address))
+
+    def erc20_symbol(self, address: str) -> str | None:
+        return self._run(lambda c: c.erc20_symbol(address))

@@ -5,11 +5,36 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
+from eth_typing import ABI
+
 from payments.models import Asset
 from payments.nodes import NodeClient
-from payments.rpc import LATEST_ROUND_DATA
+from payments.rpc import RpcError
 
 FEED_DECIMALS = 8
+AGGREGATOR_V3_ABI: ABI = [
+    {
+        "type": "function",
+        "name": "decimals",
+        "stateMutability": "view",
+        "inputs": [],
+        "outputs": [{"name": "", "type": "uint8"}],
+    },
+    {
+        "type": "function",
+        "name": "latestRoundData",
+        "stateMutability": "view",
+        "inputs": [],
+        "outputs": [
+            {"name": "roundId", "type": "uint80"},
+            {"name": "answer", "type": "int256"},
+            {"name": "startedAt", "type": "uint256"},
+            {"name": "updatedAt", "type": "uint256"},
+            {"name": "answeredInRound", "type": "uint80"},
+        ],
+    },
+]
+"""What is read of a Chainlink-style feed (AggregatorV3Interface)."""
 SANE_USD_PER_ETH = (Decimal(10), Decimal(1_000_000))
 
 
@@ -23,10 +48,9 @@ def usd_per_unit(asset: Asset, client: NodeClient, *, now: float | None = None) 
         return Decimal(1)
     if not asset.price_feed_address:
         raise PriceUnavailable(f"{asset} has no price feed")
-    raw = client.eth_call(asset.price_feed_address, LATEST_ROUND_DATA)
-    words = [int(raw[2 + 64 * i : 2 + 64 * (i + 1)], 16) for i in range(5)]
-    answer = words[1] - (1 << 256) if words[1] >> 255 else words[1]  # int256
-    updated_at = words[3]
+    _round, answer, _started_at, updated_at, _answered_in = client.read(
+        asset.price_feed_address, AGGREGATOR_V3_ABI, "latestRoundData"
+    )
     age = (now or time.time()) - updated_at
     if age > asset.feed_max_age_seconds:
         raise PriceUnavailable(f"{asset}: the price is {int(age)} s old")
@@ -34,3 +58,11 @@ def usd_per_unit(asset: Asset, client: NodeClient, *, now: float | None = None) 
     if not SANE_USD_PER_ETH[0] <= price <= SANE_USD_PER_ETH[1]:
         raise PriceUnavailable(f"{asset}: {price} USD is not a believable price")
     return price
+
+
+def feed_decimals(feed: str, client: NodeClient) -> int | None:
+    """The feed's ``decimals()``; None: no such function (or no contract) there."""
+    try:
+        return int(client.read(feed, AGGREGATOR_V3_ABI, "decimals"))
+    except RpcError:
+        return None
