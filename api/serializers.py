@@ -6,9 +6,10 @@ from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from payments.models import Invoice
+from payments.models import Invoice, Refund
 from payments.services import CLAIM_RESULTS
 from provisioning.models import ProvisioningJob
 from reservations.models import (
@@ -302,6 +303,75 @@ class InvoiceSerializer(serializers.ModelSerializer):
 
 class ClaimSerializer(StrictSerializer):
     tx_hash = serializers.CharField(required=False, allow_blank=True, max_length=100)
+
+
+class RefundAddressSerializer(StrictSerializer):
+    address = serializers.CharField(
+        max_length=100,
+        help_text="Where to send the money back: 0x and 40 hex digits, in lower case or with "
+        "its EIP-55 checksum (mixed case that does not match it is refused as a typo)",
+    )
+    invoice = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=2**63 - 1,
+        help_text="One invoice (its `invoice` in the refunds list); without it, every invoice "
+        "of the order that owes money and has no refund on its way",
+    )
+
+
+class RefundSentSerializer(serializers.ModelSerializer):
+    amount = serializers.CharField(help_text="What was to be sent (base units)")
+    amount_sent = serializers.CharField(
+        allow_null=True, help_text="What the transaction sent, once verified (base units)"
+    )
+
+    class Meta:
+        model = Refund
+        fields = (
+            "tx_hash",
+            "to_address",
+            "amount",
+            "amount_sent",
+            "status",
+            "created_at",
+            "verified_at",
+        )
+
+
+class RefundLineSerializer(serializers.Serializer):
+    invoice = serializers.IntegerField(source="invoice.pk")
+    asset = serializers.CharField(source="invoice.asset.symbol")
+    chain_id = serializers.IntegerField(source="invoice.asset.chain.chain_id")
+    network = serializers.CharField(source="invoice.asset.chain.name")
+    contract_address = serializers.CharField(source="invoice.asset.contract_address")
+    decimals = serializers.IntegerField(source="invoice.asset.decimals")
+    amount_owed = serializers.CharField(
+        source="owed", help_text="Still to be sent back (base units)"
+    )
+    amount_refunded = serializers.CharField(source="invoice.amount_refunded")
+    reason = serializers.ChoiceField(
+        source="why",
+        choices=[
+            ("overpaid", "paid beyond the amount due"),
+            ("after_refund", "arrived after the invoice was refunded"),
+            ("paid_elsewhere", "the order is paid by another invoice"),
+            ("cancelled", "the order was cancelled"),
+            ("partial", "less than due arrived before the invoice expired"),
+            ("late", "arrived after the invoice expired: refunded unless the operator accepts it"),
+        ],
+    )
+    refund_address = serializers.CharField(source="invoice.refund_address")
+    address_can_change = serializers.BooleanField(
+        source="can_change",
+        help_text="The address may be given or changed: money is owed and no refund is on its way",
+    )
+    refunds = serializers.SerializerMethodField()
+
+    @extend_schema_field(RefundSentSerializer(many=True))
+    def get_refunds(self, line: Any) -> Any:
+        shown = [refund for refund, _amount in line.shown]
+        return RefundSentSerializer(shown, many=True).data
 
 
 class CancelSerializer(StrictSerializer):

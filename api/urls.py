@@ -19,6 +19,12 @@ urlpatterns = [
     path("orders/<str:reference>/cancel/", views.CancelView.as_view(), name="cancel"),
     path("orders/<str:reference>/invoice/", views.InvoiceView.as_view(), name="invoice"),
     path("orders/<str:reference>/claim/", views.ClaimView.as_view(), name="claim"),
+    path("orders/<str:reference>/refunds/", views.RefundsView.as_view(), name="refunds"),
+    path(
+        "orders/<str:reference>/refund-address/",
+        views.RefundAddressView.as_view(),
+        name="refund_address",
+    ),
     path(
         "orders/<str:reference>/provisioning/",
         views.ProvisioningView.as_view(),

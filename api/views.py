@@ -19,7 +19,7 @@ from drf_spectacular.utils import (
     extend_schema,
     inline_serializer,
 )
-from rest_framework import serializers, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,6 +29,7 @@ from accounts.models import User
 from api import serializers as s
 from api.errors import IdempotencyConflict, IdempotencyKeyReused, ReportNotReady
 from api.models import IdempotentRequest
+from payments import refunds
 from payments import services as payments
 from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
@@ -345,6 +346,59 @@ class ClaimView(APIView):
             pk=invoice.pk
         )
         return Response(s.InvoiceSerializer(invoice).data, status=status.HTTP_202_ACCEPTED)
+
+
+class RefundsView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        responses={
+            200: s.RefundLineSerializer(many=True),
+            401: ERRORS[401],
+            404: ERRORS[404],
+            429: ERRORS[429],
+        },
+        summary="Money to send back: per invoice, what is owed, the refund address, the refunds "
+        "sent (empty: nothing to send back)",
+    )
+    def get(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        return Response(s.RefundLineSerializer(refunds.lines_for(order), many=True).data)
+
+
+class RefundAddressView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        request=s.RefundAddressSerializer,
+        responses={
+            200: s.RefundLineSerializer(many=True),
+            400: OpenApiResponse(
+                ERROR,
+                "invalid_refund_address, refund_address_checksum, refund_address_zero, "
+                "refund_address_ours, refund_address_contract, nothing_to_refund, "
+                "refund_in_flight (a refund is on its way: the address is final for it)",
+            ),
+            401: ERRORS[401],
+            404: OpenApiResponse(ERROR, "No such order (or invoice of it) among this token's"),
+            429: ERRORS[429],
+        },
+        summary="Give the address to send the money back to (changeable until a refund is sent)",
+    )
+    def post(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        body = s.RefundAddressSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            refunds.set_order_refund_address(
+                order,
+                body.validated_data["address"],
+                actor=services.Actor.of(_user(request)),
+                invoice_id=body.validated_data.get("invoice"),
+            )
+        except Invoice.DoesNotExist:
+            raise exceptions.NotFound() from None
+        return Response(s.RefundLineSerializer(refunds.lines_for(order), many=True).data)
 
 
 def _jobs(request: Request, order: Order) -> models.QuerySet[ProvisioningJob]:

@@ -264,6 +264,9 @@ do) so that a tick never waits behind a long benchmark: a window's end is revoke
 CELERY_TASK_ROUTES = {"provisioning.tasks.access_tick": {"queue": PROVISIONING_CLOCK_QUEUE}}
 PAYMENT_SCAN_SECONDS = env_int("PAYMENT_SCAN_SECONDS", 5, minimum=1)
 """How often beat runs the payment scanner over every open invoice."""
+PAYMENT_REFUND_CHECK_SECONDS = env_int("PAYMENT_REFUND_CHECK_SECONDS", 30, minimum=1)
+"""How often beat verifies the refunds sent (their transactions on-chain) and mails each
+step of a refund."""
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "expire-unpaid-holds": {
         "task": "reservations.tasks.expire_unpaid_holds",
@@ -284,6 +287,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "scan-open-invoices": {
         "task": "payments.tasks.scan_open_invoices",
         "schedule": timedelta(seconds=PAYMENT_SCAN_SECONDS),
+    },
+    "check-refunds": {
+        "task": "payments.tasks.check_refunds",
+        "schedule": timedelta(seconds=PAYMENT_REFUND_CHECK_SECONDS),
     },
 }
 

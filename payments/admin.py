@@ -13,12 +13,13 @@ from django.forms.models import construct_instance
 from django.http import HttpRequest, HttpResponse
 from django.utils.formats import date_format
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
-from payments import integrity, services
-from payments.models import Asset, Chain, Invoice, RpcEndpoint, Transfer
+from payments import integrity, refunds, services
+from payments.models import Asset, Chain, Invoice, Refund, RpcEndpoint, Transfer
 from payments.rpc import RpcError, RpcUnavailable
 from reservations.admin import ReadOnlyInline, ask_reason
 from reservations.errors import BookingRefused, InvalidTransition, LotUnavailable
@@ -118,6 +119,7 @@ class ChainAdmin(admin.ModelAdmin):
     list_filter = ("is_active",)
     fieldsets = (
         (None, {"fields": ("name", "chain_id", "rpc_url", "is_active")}),
+        (_("Refunds"), {"fields": ("refund_from_address",)}),
         (
             _("Confirmation and scanning"),
             {
@@ -230,6 +232,66 @@ class TransferInline(ReadOnlyInline):
     readonly_fields = fields
 
 
+class RefundInline(ReadOnlyInline):
+    model = Refund
+    fields = (
+        "tx_hash",
+        "status",
+        "rejection_reason",
+        "amount",
+        "amount_sent",
+        "to_address",
+        "from_address",
+        "note",
+        "last_check",
+        "created_by",
+        "created_at",
+        "verified_at",
+    )
+    readonly_fields = fields
+
+
+class TxHashForm(forms.Form):
+    tx_hash = forms.CharField(
+        max_length=100, help_text="The outgoing transaction's hash, 0x and 64 hex digits"
+    )
+
+
+def send_summary(invoice: Invoice) -> SafeString:
+    """What the operator is to send for an invoice, exactly, or what it waits for."""
+    owed = refunds.owed_units(invoice)
+    if owed == 0:
+        return format_html("{}", "—")
+    asset, chain = invoice.asset, invoice.asset.chain
+    coin = (
+        format_html("the native coin ({})", asset.symbol)
+        if asset.is_native
+        else format_html(
+            "the token contract <code>{}</code> ({})", asset.contract_address, asset.symbol
+        )
+    )
+    amount = format_html(
+        "<strong>{} {}</strong> = <code>{}</code> base units of {}, on {} (chain id {})",
+        asset.from_units(owed),
+        asset.symbol,
+        owed,
+        coin,
+        chain.name,
+        chain.chain_id,
+    )
+    wallet = (
+        format_html("from the refund wallet <code>{}</code>", chain.refund_from_address)
+        if chain.refund_from_address
+        else format_html(
+            "<strong>{}</strong>",
+            "⚠ no refund wallet is set on this chain: the sender is not checked",
+        )
+    )
+    if not invoice.refund_address:
+        return format_html("{}; waiting for the researcher's refund address; {}", amount, wallet)
+    return format_html("{} to <code>{}</code>, {}", amount, invoice.refund_address, wallet)
+
+
 class RefundOwedFilter(admin.SimpleListFilter):
     title = "refund owed"
     parameter_name = "refund_owed"
@@ -257,6 +319,8 @@ class InvoiceAdmin(admin.ModelAdmin):
         "amount_due",
         "amount_confirmed",
         "amount_to_refund",
+        "refund_address",
+        "refund_state",
         "deposit_address",
         "expires_at",
         "check_delayed",
@@ -277,10 +341,61 @@ class InvoiceAdmin(admin.ModelAdmin):
         "deposit_address__address",
         "transfers__tx_hash",
         "claim_tx_hash",
+        "refund_address",
+        "refunds__tx_hash",
     )
     list_select_related = ("order", "asset__chain", "deposit_address")
-    inlines = (TransferInline,)
-    actions = ("accept_late_payments", "mark_refunded")
+    inlines = (TransferInline, RefundInline)
+    actions = ("accept_late_payments", "record_refund", "mark_refunded")
+
+    @admin.display(description="to send back")
+    def what_to_send(self, invoice: Invoice) -> SafeString:
+        return send_summary(invoice)
+
+    @admin.display(description="refund")
+    def refund_state(self, invoice: Invoice) -> str:
+        made = sorted(invoice.refunds.all(), key=lambda r: (r.created_at, r.pk))
+        latest = made[-1] if made else None
+        if latest is None:
+            return "address given" if invoice.refund_address else "—"
+        return latest.get_status_display()
+
+    @admin.action(description="Record the refund's transaction (asks for its hash)")
+    def record_refund(
+        self, request: HttpRequest, queryset: QuerySet[Invoice]
+    ) -> HttpResponse | None:
+        """One invoice at a time: the page asking for the hash says exactly what to send."""
+        invoices = list(queryset.select_related("asset__chain")[:2])
+        if len(invoices) != 1:
+            self.message_user(
+                request, "Select one invoice: a transaction refunds one.", messages.ERROR
+            )
+            return None
+        (invoice,) = invoices
+        tx_hash, page = ask_reason(
+            self,
+            request,
+            queryset,
+            action="record_refund",
+            title="Record the refund's transaction",
+            explanation=format_html(
+                "Send {}. Then paste the transaction's hash: the refund counts once the scanner "
+                "has verified it on-chain.",
+                send_summary(invoice),
+            ),
+            form_class=TxHashForm,
+        )
+        if tx_hash is None:
+            return page
+        try:
+            refunds.record_refund(invoice, tx_hash, actor=Actor.of(request.user))  # type: ignore[arg-type]
+        except BookingRefused as exc:
+            self.message_user(request, f"{invoice}: {' '.join(exc.messages)}", messages.ERROR)
+        else:
+            self.message_user(
+                request, f"{invoice}: refund recorded; it is being verified on-chain."
+            )
+        return None
 
     @admin.action(description="Accept late payments (books the window again if lots are free)")
     def accept_late_payments(self, request: HttpRequest, queryset: QuerySet[Invoice]) -> None:
@@ -300,7 +415,9 @@ class InvoiceAdmin(admin.ModelAdmin):
             else:
                 self.message_user(request, f"{invoice}: accepted; the order is paid.")
 
-    @admin.action(description="Mark refunded (asks for a note)")
+    @admin.action(
+        description="Mark refunded without on-chain verification (override, asks for a note)"
+    )
     def mark_refunded(
         self, request: HttpRequest, queryset: QuerySet[Invoice]
     ) -> HttpResponse | None:
@@ -310,7 +427,9 @@ class InvoiceAdmin(admin.ModelAdmin):
             queryset,
             action="mark_refunded",
             title="Mark refunded",
-            explanation="Refund these payments from the operator wallet first, then record it.",
+            explanation="An override: records refunds made outside the verified flow (prefer "
+            "“Record the refund's transaction”, which checks it on-chain). Refund these "
+            "payments from the operator wallet first, then record it.",
         )
         if reason is None:
             return page
@@ -324,9 +443,13 @@ class InvoiceAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{invoice}: marked refunded.")
         return None
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Invoice]:
+        return super().get_queryset(request).prefetch_related("refunds")
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # Invoices change only through the payment services.
-        return [field.name for field in Invoice._meta.fields]
+        fields = [field.name for field in Invoice._meta.fields]
+        return ["what_to_send", *fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -345,4 +468,31 @@ class TransferAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Refund)
+class RefundAdmin(admin.ModelAdmin):
+    list_display = (
+        "tx_hash",
+        "invoice",
+        "status",
+        "amount",
+        "amount_sent",
+        "to_address",
+        "rejection_reason",
+        "created_at",
+        "verified_at",
+    )
+    list_filter = ("status", "chain")
+    search_fields = ("tx_hash", "to_address", "invoice__order__reference")
+    list_select_related = ("invoice__order", "invoice__asset")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -11,7 +11,9 @@ from __future__ import annotations
 from decimal import Context, Decimal, Inexact, InvalidOperation, Rounded
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
@@ -109,6 +111,17 @@ class Chain(models.Model):
     )
     last_scan_error_at = models.DateTimeField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
+    refund_from_address = models.CharField(
+        max_length=42,
+        blank=True,
+        validators=[
+            RegexValidator(r"^0x[0-9a-fA-F]{40}$", _("An address is 0x and 40 hexadecimal digits."))
+        ],
+        help_text=_(
+            "The operator's wallet refunds are sent from: a refund counts only if it comes "
+            "from it. Empty: the sender is not checked"
+        ),
+    )
 
     class Meta:
         ordering = ("name",)
@@ -365,6 +378,20 @@ class Invoice(models.Model):
         default=0, help_text=_("What the operator recorded as sent back (base units)")
     )
     is_current = models.BooleanField(default=True, help_text=_("The order's invoice in use"))
+    refund_address = models.CharField(
+        max_length=42,
+        blank=True,
+        help_text=_("Where the researcher asked for the money to be sent back (EIP-55)"),
+    )
+    refund_address_set_at = models.DateTimeField(null=True, blank=True)
+    refund_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "When the researcher was mailed that money is to be sent back (cleared by a "
+            "refund, so that money arriving later is announced again)"
+        ),
+    )
 
     class Meta:
         ordering = ("-created_at",)
@@ -451,3 +478,65 @@ class Transfer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tx_hash}#{self.log_index}"
+
+
+class Refund(models.Model):
+    """Money sent back for an invoice: the operator's outgoing transaction, counted only once
+    the scanner has read it on the chain (payments.refunds)."""
+
+    STATUS_SENT = "sent"
+    STATUS_CONFIRMED = "confirmed"
+    STATUS_REJECTED = "rejected"
+    STATUS_CHOICES = (
+        (STATUS_SENT, _("sent, being verified")),
+        (STATUS_CONFIRMED, _("confirmed on-chain")),
+        (STATUS_REJECTED, _("rejected")),
+    )
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="refunds")
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="refunds")
+    amount = amount_field(help_text=_("What is owed and was to be sent (base units)"))
+    amount_sent = amount_field(
+        null=True,
+        blank=True,
+        help_text=_("What the transaction sent to the refund address (base units), once read"),
+    )
+    to_address = models.CharField(max_length=42)
+    from_address = models.CharField(
+        max_length=42, blank=True, help_text=_("The wallet it had to come from; empty: any")
+    )
+    tx_hash = models.CharField(max_length=66)
+    status = models.CharField(max_length=10, choices=STATUS_CHOICES, default=STATUS_SENT)
+    rejection_reason = models.CharField(max_length=300, blank=True)
+    note = models.CharField(
+        max_length=300, blank=True, help_text=_("What the verification noticed (more than owed)")
+    )
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    last_check = models.CharField(
+        max_length=300, blank=True, help_text=_("What the last verification saw")
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+    sent_mailed_at = models.DateTimeField(null=True, blank=True)
+    confirmed_mailed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        indexes = [
+            models.Index(
+                fields=("created_at",), condition=Q(status="sent"), name="refund_pending_idx"
+            )
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=("chain", "tx_hash"), name="refund_tx_once"),
+            models.UniqueConstraint(
+                fields=("invoice",), condition=Q(status="sent"), name="one_refund_in_flight"
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="refund_amount_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tx_hash} → {self.to_address}"

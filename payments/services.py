@@ -1193,7 +1193,7 @@ def accept_late_payment(invoice: Invoice, *, actor: reservations.Actor) -> None:
     Where accepting does not apply it is refused (BookingRefused with the reason) and
     nothing changes: an invoice already settled; an order already paid (by another invoice:
     this payment is to be refunded) or cancelled; an invoice without a late payment, or
-    whose late payment is less than was due.
+    whose late payment is less than was due, or whose refund is being verified.
     """
     with transaction.atomic():
         # Locks: the order's row, then the invoice's.
@@ -1218,6 +1218,8 @@ def accept_late_payment(invoice: Invoice, *, actor: reservations.Actor) -> None:
         due, confirmed = units(locked.amount_due), units(locked.amount_confirmed)
         if confirmed < due:
             raise BookingRefused({"invoice": [refusal("late_payment_short")]})
+        if locked.refunds.filter(status="sent").exists():  # the money is on its way back
+            raise BookingRefused({"invoice": [refusal("refund_being_verified")]})
         reason = f"late payment accepted (invoice {locked.pk})"
         if order.status == Order.STATUS_AWAITING_PAYMENT:
             reservations.mark_paid(order, actor=actor, reason=reason)
@@ -1235,39 +1237,22 @@ def accept_late_payment(invoice: Invoice, *, actor: reservations.Actor) -> None:
 
 
 def mark_refunded(invoice: Invoice, *, actor: reservations.Actor, reason: str) -> None:
-    """The operator sent back from the operator's wallet what this invoice does not keep,
-    and records it: all of what reached an expired invoice (paid late or partly, or a second
+    """The operator's override: records, with a note, a refund made outside the verified
+    flow (payments.refunds: the researcher's address, the pasted transaction, checked
+    on-chain) — what this invoice does not keep counts as sent back from the operator's
+    wallet: all of what reached an expired invoice (paid late or partly, or a second
     invoice of a paid order) — the invoice is then closed (invalid) —, or what a settled
     invoice received beyond the amount due, or what arrived after an earlier refund.
 
     Refused (BookingRefused with the reason, nothing changed) without a note, while the
-    invoice is still open, or when there is nothing to refund.
+    invoice is still open, while a refund of it is being verified, or when there is
+    nothing to refund. What it records: refunds.apply_refund, shared with the flow.
     """
     if not reason.strip():
         raise BookingRefused({"reason": [refusal("required")]})
-    with transaction.atomic():
-        # Locks: the order's row, then the invoice's.
-        order = Order.objects.select_for_update().get(pk=invoice.order_id)
-        locked = Invoice.objects.select_for_update().select_related("asset").get(pk=invoice.pk)
-        if locked.status in Invoice.OPEN_STATUSES:
-            raise BookingRefused({"invoice": [refusal("invoice_still_open")]})
-        refunded = units(locked.amount_refunded)
-        status = locked.status
-        if status == Invoice.STATUS_EXPIRED and units(locked.amount_seen) > 0:
-            paid = max(units(locked.amount_seen), units(locked.amount_confirmed))
-            sent = max(0, paid - refunded)
-            status = Invoice.STATUS_INVALID
-        else:
-            sent = units(locked.amount_to_refund)
-            if sent == 0:
-                raise BookingRefused({"invoice": [refusal("nothing_to_refund")]})
-        Invoice.objects.filter(pk=locked.pk).update(
-            status=status, amount_refunded=Decimal(refunded + sent), amount_to_refund=0
-        )
-        amount = f"{locked.asset.from_units(sent)} {locked.asset.symbol}"
-        reservations.record_note(
-            order, actor=actor, reason=f"refunded: {reason} ({amount}, invoice {locked.pk})"
-        )
+    from payments import refunds
+
+    refunds.apply_refund(invoice, actor=actor, note=f"refunded: {reason}")
 
 
 # --------------------------------------------------------------------------- claims' answers

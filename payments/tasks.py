@@ -9,7 +9,7 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
-from payments import expiry, services
+from payments import expiry, refunds, services
 from payments.models import Chain, Invoice
 from payments.rpc import RpcError, RpcUnavailable
 
@@ -52,3 +52,11 @@ def verify_invoice(invoice_id: int) -> str:
     """After "I've paid": the invoice's one pending verification (services.verify_claim).
     It never retries itself: beat queues the next check when it is due, from the database."""
     return services.verify_claim(invoice_id)
+
+
+@shared_task(name="payments.tasks.check_refunds", acks_late=True)
+def check_refunds() -> int:
+    """Beat, every PAYMENT_REFUND_CHECK_SECONDS (and once after the operator records a
+    refund): verify the refunds sent on-chain and mail each step (refunds.check_refunds).
+    Idempotent: what is decided is in the database, a second run changes nothing."""
+    return refunds.check_refunds()

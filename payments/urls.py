@@ -8,4 +8,9 @@ urlpatterns = [
     path("orders/<str:reference>/<str:secret>/payment/", views.panel, name="panel"),
     path("orders/<str:reference>/<str:secret>/payment/asset/", views.choose_asset, name="asset"),
     path("orders/<str:reference>/<str:secret>/payment/paid/", views.claim, name="claim"),
+    path(
+        "orders/<str:reference>/<str:secret>/payment/refund-address/",
+        views.refund_address,
+        name="refund_address",
+    ),
 ]

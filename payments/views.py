@@ -7,11 +7,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from payments import services
+from payments import refunds, services
 from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
 from payments.templatetags.payments import panel_context
 from reservations.errors import MESSAGES, BookingRefused
+from reservations.services import RESEARCHER
 from reservations.views import order_by_link, order_url
 
 
@@ -48,6 +49,26 @@ def claim(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
         for message in exc.messages:
             messages.error(request, message)
     return redirect(order_url(order) + "#payment")
+
+
+@require_POST
+def refund_address(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    """Where one invoice's money goes back (refunds.set_refund_address): a refused address
+    is said next to the panel, and nothing changes."""
+    order = order_by_link(reference, secret)
+    chosen = request.POST.get("invoice", "")
+    invoice = (
+        Invoice.objects.filter(order=order, pk=int(chosen)).first() if chosen.isdigit() else None
+    )
+    if invoice is None:
+        messages.error(request, MESSAGES["invalid_choice"])
+        return redirect(order_url(order) + "#refund")
+    try:
+        refunds.set_refund_address(invoice, request.POST.get("address", ""), actor=RESEARCHER)
+    except BookingRefused as exc:
+        for message in exc.messages:
+            messages.error(request, message)
+    return redirect(order_url(order) + "#refund")
 
 
 @require_GET

@@ -83,6 +83,34 @@ MESSAGES = {
         "This invoice is still open for payment: refund only once it has expired or settled."
     ),
     "invalid_tx_hash": _("A transaction hash is 0x followed by 64 hexadecimal digits."),
+    "invalid_refund_address": _(
+        "A refund address is 0x followed by 40 hexadecimal digits, as your wallet shows it."
+    ),
+    "refund_address_checksum": _(
+        "The upper and lower case letters of this address do not match its checksum "
+        "(EIP-55): it is probably mistyped. Copy it from your wallet again."
+    ),
+    "refund_address_zero": _(
+        "This is the zero address: money sent there is lost. Give your wallet's address."
+    ),
+    "refund_address_ours": _(
+        "This is one of our own addresses, not yours. Give your wallet's address."
+    ),
+    "refund_address_contract": _(
+        "This is the address of a coin's contract, not a wallet: money sent there is lost. "
+        "Give your wallet's address."
+    ),
+    "refund_in_flight": _(
+        "A refund of this payment is on its way to %(address)s: the address can no longer change."
+    ),
+    "refund_address_missing": _(
+        "No refund address has been given yet: the researcher was mailed to give one on the "
+        "order page."
+    ),
+    "refund_being_verified": _(
+        "A refund of this invoice is being verified on-chain: wait for its result."
+    ),
+    "refund_tx_used": _("This transaction is already recorded as a refund."),
     "too_many_switches": _(
         "The coin of this order was changed too often. Pay the invoice shown, or choose "
         "another coin again in %(minutes)s minutes."

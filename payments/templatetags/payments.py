@@ -7,7 +7,7 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from payments import services
+from payments import refunds, services
 from payments.models import Invoice
 from payments.panel import panel_for
 from reservations.models import Order
@@ -28,6 +28,7 @@ def panel_context(order: Order) -> dict[str, Any]:
         "order": order,
         "panel": panel_for(invoice) if invoice else None,
         "assets": services.offered_assets(),
+        "refunds": refunds.lines_for(order),
         "now": timezone.now(),
     }
 
