@@ -65,9 +65,11 @@ def start_anvil(
     block_time: int | None = None,
     state: Path | None = None,
     prune_history: bool = False,
+    genesis_number: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """anvil on ``port``. ``prune_history``: keep only recent states, so that mining tens of
-    thousands of blocks takes seconds, not minutes (balances at old blocks are then gone)."""
+    """anvil on ``port``. ``prune_history``: keep only recent states, so that mining many
+    blocks is faster (balances at old blocks are then gone). ``genesis_number``: the chain
+    starts at that height (a tall chain without mining it: the blocks below do not exist)."""
     command = [
         anvil_binary(),
         "--host",
@@ -83,6 +85,8 @@ def start_anvil(
         command += ["--state", str(state)]
     if prune_history:
         command += ["--prune-history", "256"]
+    if genesis_number is not None:
+        command += ["--number", str(genesis_number)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30

@@ -61,16 +61,23 @@ def test_the_payment_scan_benchmark_stays_within_its_request_bound() -> None:
     code, report = run_bench(
         "payment_scan.py",
         "--sizes",
-        "3,7",
+        "3,30",
         "--latency-samples",
         "1",
         env={"PAYMENT_SCAN_SECONDS": "1"},
     )
     assert code == 0, report
-    cycles = report["cycles"]
-    assert isinstance(cycles, list)
-    assert [c["invoices"] for c in cycles] == [3, 7]
-    assert all(c["rpc_requests"] <= c["bound"] for c in cycles)
+    sizes = report["sizes"]
+    assert isinstance(sizes, list)
+    assert [s["invoices"] for s in sizes] == [3, 30]
+    for size in sizes:
+        cycles = size["cycles"]
+        assert [c["cycle"] for c in cycles] == ["catch_up", "steady", "quiet"]
+        assert all(c["rpc_requests"] <= size["bound"] for c in cycles)
+        # The catch-up reads 50,000 blocks behind a 2,000-block proxy in one bounded cycle.
+        assert cycles[0]["blocks_read"] == 50_000
+        assert cycles[1]["settled"] == min(size["invoices"], 10)
+    assert report["proxy_refusals"] == 0
 
 
 def test_the_api_benchmark_books_once_per_key() -> None:
