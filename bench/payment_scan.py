@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from benchdb import fresh_database, h200_request, median
@@ -78,7 +79,7 @@ def main() -> int:
         )
         starts_at = timezone.now() + timedelta(days=2)
         template = place_order(h200_request(starts_at, lot_count=1, window_days=3))
-        results = []
+        results: list[dict[str, Any]] = []
         for size in sizes:
             # Each size alone: earlier invoices leave their monitoring window.
             Invoice.objects.update(monitor_until=timezone.now())
@@ -121,10 +122,11 @@ def main() -> int:
             steady = cycle("steady")
             quiet = cycle("quiet")
             limit = settings.PAYMENT_RPC_BATCH_LIMIT
-            filters = math.ceil((size - natives) / services.ADDRESS_CHUNK) * 25
+            chunks = math.ceil((size - natives) / services.ADDRESS_CHUNK)
+            per_request = min(limit, services.LOG_ADDRESSES_PER_REQUEST // services.ADDRESS_CHUNK)
             bound = (
                 4  # chainId, head, one block batch, one receipt or spare
-                + math.ceil(filters / limit)
+                + math.ceil(chunks * 25 / per_request)
                 + math.ceil(natives / limit)
                 + math.ceil(2 * PAID_PER_CYCLE / limit)
             )
@@ -250,9 +252,9 @@ def _seed_open_invoices(
                 order=order,
                 asset=eth if i % 5 == 4 else usdc,
                 deposit_address=address,
-                amount_due=500 * 10**6 if i % 5 != 4 else 166_667 * 10**12,
-                usd_due=500,
-                usd_per_unit=1,
+                amount_due=Decimal(500 * 10**6 if i % 5 != 4 else 166_667 * 10**12),
+                usd_due=Decimal(500),
+                usd_per_unit=Decimal(1),
                 created_block=created_block,
                 expires_at=now + timedelta(hours=2),
                 monitor_until=now + timedelta(hours=26),

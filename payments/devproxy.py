@@ -105,6 +105,8 @@ class ProviderProxy:
                 forward.append(call)
         if forward:
             replies = self._session.post(self.upstream, json=forward, timeout=30).json()
+            if not isinstance(replies, list):  # the node refused the whole batch
+                return replies
             for reply in replies:
                 answers[reply.get("id")] = self._after(forward, reply)
         ordered = [answers[call.get("id")] for call in calls]

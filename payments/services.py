@@ -45,7 +45,9 @@ log = logging.getLogger(__name__)
 
 TX_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
 ADDRESS_CHUNK = 500
-"""Deposit addresses per eth_getLogs OR filter (and per balance batch)."""
+"""Deposit addresses per eth_getLogs OR filter."""
+LOG_ADDRESSES_PER_REQUEST = 5000
+"""Deposit addresses in one batched eth_getLogs request at most (about 350 kB of JSON)."""
 NATIVE_STEP = 10**12
 """Native amounts due are rounded up to 10⁻⁶ ETH, so they can be typed."""
 
@@ -666,14 +668,23 @@ def _filters(chain: Chain, invoices: list[Invoice], span: _Span) -> list[LogFilt
 
 
 def _read_logs(client: NodeClient, filters: list[LogFilter]) -> list[Log]:
-    """The filters' logs, PAYMENT_RPC_BATCH_LIMIT filters per request; a query the node
+    """The filters' logs, PAYMENT_RPC_BATCH_LIMIT filters per request (and at most
+    LOG_ADDRESSES_PER_REQUEST addresses); a query the node
     refuses as too large is split — its blocks in halves, down to one block, then its
     addresses — and asked again."""
     pending = list(filters)
     found: list[Log] = []
     limit = settings.PAYMENT_RPC_BATCH_LIMIT
     while pending:
-        batch, pending = pending[:limit], pending[limit:]
+        # At most `limit` queries and LOG_ADDRESSES_PER_REQUEST addresses in one request
+        # (nodes refuse large bodies: anvil above ~2 MB, providers lower).
+        size, addresses = 0, 0
+        while size < min(limit, len(pending)) and (
+            size == 0 or addresses + len(pending[size].recipients) <= LOG_ADDRESSES_PER_REQUEST
+        ):
+            addresses += len(pending[size].recipients)
+            size += 1
+        batch, pending = pending[:size], pending[size:]
         for query, answer in zip(batch, client.logs_many(batch), strict=True):
             if isinstance(answer, RangeTooLarge):
                 pending.extend(_split(query, answer))
