@@ -1051,18 +1051,23 @@ def _counted(invoice: Invoice, native: tuple[int, int, int] | None) -> tuple[int
     return seen, confirmed, on_time, on_time_confirmed
 
 
-def refund_owed(status: str, *, due: int, confirmed: int, refunded: int) -> int:
+def refund_owed(
+    status: str, *, due: int, confirmed: int, refunded: int, cancelled: bool = False
+) -> int:
     """What is to be sent back, in base units: confirmed money beyond what the invoice keeps —
-    the amount due once it is settled; nothing while it is open (the payer may still complete
-    it); nothing kept once it expired (paid late, or a second invoice of a paid order) or was
-    refunded — less what was already sent back."""
+    the amount due once it is settled (nothing once its order was cancelled: all of it goes
+    back); nothing while it is open (the payer may still complete it); nothing kept once it
+    expired (paid late, or a second invoice of a paid order) or was refunded — less what was
+    already sent back."""
     if status in Invoice.OPEN_STATUSES:
         return 0
-    kept = due if status == Invoice.STATUS_SETTLED else 0
+    kept = due if status == Invoice.STATUS_SETTLED and not cancelled else 0
     return max(0, confirmed - kept - refunded)
 
 
 def _refund_reason(order: Order, invoice: Invoice, status: str) -> str:
+    if status == Invoice.STATUS_SETTLED and order.status == Order.STATUS_CANCELLED:
+        return "the order was cancelled after it was paid"
     if status == Invoice.STATUS_SETTLED:
         return "paid beyond the amount due"
     if status == Invoice.STATUS_INVALID:
@@ -1135,7 +1140,11 @@ def recompute(
                     status, exception = Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE
             settled_at = now if status == Invoice.STATUS_SETTLED else None
         owed = refund_owed(
-            status, due=due, confirmed=confirmed, refunded=units(invoice.amount_refunded)
+            status,
+            due=due,
+            confirmed=confirmed,
+            refunded=units(invoice.amount_refunded),
+            cancelled=order.status == Order.STATUS_CANCELLED,
         )
         if owed > units(invoice.amount_to_refund):
             amount = invoice.asset.from_units(owed)
@@ -1187,6 +1196,18 @@ def _decide(
     if seen > 0:
         return Invoice.STATUS_PROCESSING, Invoice.EXCEPTION_PAID_PARTIAL
     return Invoice.STATUS_NEW, Invoice.EXCEPTION_NONE
+
+
+def order_cancelled(order: Order) -> None:
+    """A cancelled order keeps none of its money: each invoice that received some is
+    recomputed, so what it holds is flagged for refund (``amount_to_refund``, a note, the
+    researcher asked for an address). Called by reservations.cancel_order in its
+    transaction."""
+    received = Invoice.objects.filter(order=order).filter(
+        Q(amount_confirmed__gt=0) | Q(amount_seen__gt=0)
+    )
+    for pk in received.values_list("pk", flat=True):
+        recompute(pk)
 
 
 PAID_ORDER_STATUSES = (

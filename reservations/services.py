@@ -459,8 +459,9 @@ CANCELLABLE = (Order.STATUS_AWAITING_PAYMENT, Order.STATUS_PAID)
 def cancel_order(order: Order, *, actor: Actor, reason: str) -> None:
     """Cancel an order that has not been approved yet and free its lots.
 
-    Raises InvalidTransition when the order is past approval (or already ended); a paid
-    order's refund is the operator's follow-up and is recorded in the reason.
+    Raises InvalidTransition when the order is past approval (or already ended). A paid
+    order's money is then all to be refunded: payments flags it in the same transaction
+    (the refund flow asks the researcher for an address).
     """
     if not reason.strip():
         raise BookingRefused({"reason": [refusal("required")]})
@@ -471,3 +472,7 @@ def cancel_order(order: Order, *, actor: Actor, reason: str) -> None:
             current = Order.objects.values_list("status", flat=True).get(pk=order.pk)
             raise InvalidTransition(current, Order.STATUS_CANCELLED)
         _release_holds(order, timezone.now())
+        # payments depends on reservations, not the other way round: imported here.
+        from payments.services import order_cancelled
+
+        order_cancelled(order)

@@ -366,3 +366,28 @@ def test_the_late_payment_actions_answer_every_state_with_a_message(
     ]
     assert fresh(invoice).status == Invoice.STATUS_EXPIRED
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_AWAITING_PAYMENT
+
+
+def test_a_paid_order_cancelled_owes_its_whole_payment_back(
+    payments: Payments, order: Order
+) -> None:
+    from payments import refunds
+    from reservations.services import cancel_order, system
+
+    invoice = services.create_invoice(order, payments.usdc)
+    payments.dev.pay_invoice(invoice)
+    payments.dev.mine(2)
+    scan(payments)
+    assert fresh(invoice).status == Invoice.STATUS_SETTLED
+    assert fresh(invoice).amount_to_refund == 0
+    cancel_order(order, actor=system("test"), reason="the researcher's grant fell through")
+    cancelled = fresh(invoice)
+    assert cancelled.status == Invoice.STATUS_SETTLED  # it was paid: the money is recorded
+    assert cancelled.amount_to_refund == cancelled.amount_due
+    assert refunds.owed_units(cancelled) == int(cancelled.amount_due)
+    note = OrderEvent.objects.filter(order=order, reason__contains="cancelled after it was paid")
+    assert note.exists()
+    # A later scan keeps it owed (the cancelled order keeps none of it).
+    payments.dev.mine(1)
+    scan(payments)
+    assert fresh(invoice).amount_to_refund == cancelled.amount_due
