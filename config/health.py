@@ -48,27 +48,46 @@ def _broker() -> str:
     return "ok"
 
 
-def _active_chains() -> list[tuple[int, str]]:
-    """The active payment chains as configured: (chain id, node URL)."""
+def _active_chains() -> list[tuple[int, int, list[str]]]:
+    """The active payment chains as configured: (chain id, quorum, node URLs: the chain's
+    ``rpc_url`` and its active extra endpoints)."""
     from payments.models import Chain
 
-    rows = Chain.objects.filter(is_active=True).order_by("chain_id")
-    return list(rows.values_list("chain_id", "rpc_url"))
+    rows = Chain.objects.filter(is_active=True).order_by("chain_id").prefetch_related("endpoints")
+    return [
+        (
+            chain.chain_id,
+            chain.quorum,
+            [chain.rpc_url, *(e.url for e in chain.endpoints.all() if e.is_active)],
+        )
+        for chain in rows
+    ]
 
 
-def _chains(chains: list[tuple[int, str]]) -> dict[str, str]:
-    """Each chain's node: reachable and serving the configured chain id."""
+def _chains(chains: list[tuple[int, int, list[str]]]) -> dict[str, str]:
+    """Each chain: "ok" when its endpoints are reachable and serve the configured chain id;
+    with some of them down, how many answer ("ok" while at least the quorum does)."""
     from payments.rpc import RpcClient, RpcError, RpcUnavailable
 
     found: dict[str, str] = {}
-    for chain_id, rpc_url in chains:
-        try:
-            served = RpcClient(rpc_url, timeout=2).chain_id()
-        except (RpcUnavailable, RpcError) as exc:
-            found[f"chain {chain_id}"] = f"error: {type(exc).__name__}"
-            continue
-        ok = served == chain_id
-        found[f"chain {chain_id}"] = "ok" if ok else f"error: serves chain {served}"
+    for chain_id, quorum, urls in chains:
+        problems = []
+        for url in urls:
+            try:
+                served = RpcClient(url, timeout=2).chain_id()
+            except (RpcUnavailable, RpcError) as exc:
+                problems.append(f"error: {type(exc).__name__}")
+                continue
+            if served != chain_id:
+                problems.append(f"error: serves chain {served}")
+        answering = len(urls) - len(problems)
+        if not problems:
+            found[f"chain {chain_id}"] = "ok"
+        elif len(urls) == 1:
+            found[f"chain {chain_id}"] = problems[0]
+        else:
+            state = "ok" if answering >= max(1, quorum) else "error"
+            found[f"chain {chain_id}"] = f"{state}: {answering} of {len(urls)} endpoints answer"
     return found
 
 
@@ -116,7 +135,7 @@ def _chains_checked() -> dict[str, str]:
 
 def health(request: HttpRequest) -> JsonResponse:
     checks = {"database": _database(), "broker": _broker(), **_chains_checked()}
-    down = [name for name, value in checks.items() if value != "ok"]
+    down = [name for name, value in checks.items() if not value.startswith("ok")]
     if not down:
         return JsonResponse({"status": "ok", **checks})
     response = JsonResponse({"status": "error", **checks, "down": down}, status=503)

@@ -138,6 +138,25 @@ def test_health_reports_the_chain(client: Client, payments: Payments) -> None:
     assert body["status"] == "error"
 
 
+def test_health_counts_a_chains_endpoints_against_its_quorum(
+    client: Client, payments: Payments
+) -> None:
+    from django.core.cache import cache
+
+    from payments.devchain import free_port
+    from payments.models import RpcEndpoint
+
+    RpcEndpoint.objects.create(chain=payments.chain, url=f"http://127.0.0.1:{free_port()}")
+    response = client.get("/healthz")
+    assert response.status_code == 200  # one of two down: degraded, still serving
+    assert response.json()["chain 31337"] == "ok: 1 of 2 endpoints answer"
+    Chain.objects.filter(pk=payments.chain.pk).update(quorum=2)
+    cache.clear()
+    response = client.get("/healthz")
+    assert response.status_code == 503  # the quorum cannot be met: nothing settles
+    assert response.json()["chain 31337"] == "error: 1 of 2 endpoints answer"
+
+
 def test_the_operator_desk_lists_invoices_and_accepts_a_late_payment(
     client: Client, payments: Payments, order: Order
 ) -> None:
