@@ -11,6 +11,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.utils import timezone
 
+from accounts.models import User
+from api.models import ApiToken
 from payments import devchain
 from payments.devchain import DevChain
 from payments.models import Asset, Chain
@@ -112,6 +114,25 @@ def make_request(ssh_key: str, soon: datetime) -> RequestFactory:
         return OrderRequest(**fields)  # type: ignore[arg-type]
 
     return factory
+
+
+# --------------------------------------------------------------------------- API users
+
+
+@pytest.fixture
+def ada(db: None) -> tuple[User, str]:
+    """A researcher with an API token: (user, token)."""
+    user = User.objects.create_user("ada@example.org")
+    _record, token = ApiToken.issue(user, "pipeline")
+    return user, token
+
+
+@pytest.fixture
+def eve(db: None) -> tuple[User, str]:
+    """Another user with a token, who must never see ada's orders."""
+    user = User.objects.create_user("eve@example.org")
+    _record, token = ApiToken.issue(user, "eve")
+    return user, token
 
 
 @pytest.fixture(scope="session")

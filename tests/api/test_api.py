@@ -53,20 +53,6 @@ def post(client: Client, path: str, body: Any, token: str, key: str = "") -> Any
     return client.post(path, json.dumps(body), content_type="application/json", headers=headers)
 
 
-@pytest.fixture
-def ada(db: None) -> tuple[User, str]:
-    user = User.objects.create_user("ada@example.org")
-    _record, token = ApiToken.issue(user, "pipeline")
-    return user, token
-
-
-@pytest.fixture
-def eve(db: None) -> tuple[User, str]:
-    user = User.objects.create_user("eve@example.org")
-    _record, token = ApiToken.issue(user, "eve")
-    return user, token
-
-
 @pytest.mark.django_db
 def test_the_catalogue_is_public(client: Client) -> None:
     build_inventory()

@@ -20,7 +20,6 @@ from django.utils import timezone
 from web3 import Web3
 
 from accounts.models import User
-from api.models import ApiToken
 from payments import devchain, refunds, services
 from payments.models import Chain, Invoice, Refund
 from reservations.models import Order, OrderEvent
@@ -40,20 +39,6 @@ CHANGELIST = "admin:payments_invoice_changelist"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-@pytest.fixture
-def ada(db: None) -> tuple[User, str]:
-    user = User.objects.create_user("ada@example.org")
-    _record, token = ApiToken.issue(user, "pipeline")
-    return user, token
-
-
-@pytest.fixture
-def eve(db: None) -> tuple[User, str]:
-    user = User.objects.create_user("eve@example.org")
-    _record, token = ApiToken.issue(user, "eve")
-    return user, token
 
 
 @pytest.fixture
