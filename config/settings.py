@@ -337,6 +337,9 @@ if not PAYMENT_XPUB.startswith(("xpub", "tpub")):
 PAYMENT_MONITOR_HOURS = env_int("PAYMENT_MONITOR_HOURS", 24, minimum=0)
 """How long after an invoice expires late payments are still watched for."""
 PAYMENT_RPC_TIMEOUT = env_int("PAYMENT_RPC_TIMEOUT_SECONDS", 10, minimum=1)
+DESK_REVOCATION_GRACE_MINUTES = env_int("DESK_REVOCATION_GRACE_MINUTES", 15, minimum=0)
+"""The desk's "Today" lists a grant as an overdue revocation once its window ended this long
+ago without its access confirmed removed."""
 PAYMENT_SCAN_RANGES_PER_CYCLE = env_int("PAYMENT_SCAN_RANGES_PER_CYCLE", 25, minimum=1)
 """A scan cycle reads at most this many block ranges (each the chain's block_range_limit)
 past its cursor: after downtime the scanner catches up in bounded steps, cycle by cycle."""

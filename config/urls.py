@@ -2,6 +2,7 @@ from django.conf.urls.i18n import i18n_patterns
 from django.contrib import admin
 from django.urls import include, path
 
+from config.desk import today_view
 from config.health import health
 
 handler500 = "config.outages.server_error"
@@ -10,6 +11,8 @@ admin.site.site_header = "GPU lots — operator desk"
 admin.site.site_title = "GPU lots"
 
 urlpatterns = [
+    # The desk's home page is "Today" (it keeps the list of models below it).
+    path("admin/", admin.site.admin_view(today_view), name="desk_today"),
     path("admin/", admin.site.urls),
     path("healthz", health, name="health"),
     path("api/v1/", include("api.urls")),

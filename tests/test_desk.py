@@ -1,0 +1,200 @@
+"""The operator desk's home page, "Today": each section lists an item while its condition
+holds and drops it once the operator (or the system) has handled it."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from accounts.models import User
+from config import desk
+from payments.models import Chain, DepositAddress, Invoice
+from provisioning.models import ProvisioningJob
+from reservations.models import Host, Order
+from reservations.services import cancel_order, mark_paid, place_order, system
+from tests.conftest import Inventory, RequestFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def operator(client: Client) -> Client:
+    client.force_login(User.objects.create_superuser("op@example.org", "a-long-password-1"))
+    return client
+
+
+def section(key: str) -> desk.Section:
+    found = {s.key: s for s in desk.sections()}
+    return found[key]
+
+
+def labels(key: str) -> list[str]:
+    return [item.label for item in section(key).items]
+
+
+def paid(make_request: RequestFactory, **overrides: object) -> Order:
+    order = place_order(make_request(lot_count=1, window_days=3, **overrides))
+    assert mark_paid(order, actor=system("test"), reason="paid")
+    order.refresh_from_db()
+    return order
+
+
+def test_the_desk_opens_on_today_with_every_section_and_the_models_below(
+    operator: Client, inventory: Inventory
+) -> None:
+    response = operator.get("/admin/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<h1>Today</h1>" in html
+    for key in (
+        "approvals",
+        "payments",
+        "refunds",
+        "provisioning",
+        "host_keys",
+        "revocations",
+        "chains",
+        "opening",
+        "closing",
+    ):
+        assert f'id="today-{key}"' in html
+    assert html.count("Nothing waiting.") == 9
+    assert "Reservations" in html  # the usual list of models is still there
+
+
+def test_the_desk_is_for_staff_only(client: Client) -> None:
+    response = client.get("/admin/")
+    assert response.status_code == 302
+    assert "/admin/login/" in response["Location"]
+
+
+def test_a_paid_order_waits_for_approval_until_it_is_approved_or_cancelled(
+    operator: Client, inventory: Inventory, make_request: RequestFactory
+) -> None:
+    order = paid(make_request)
+    assert labels("approvals") == [order.reference]
+    html = operator.get("/admin/").content.decode()
+    assert re.search(
+        rf'href="/admin/reservations/order/{order.pk}/change/">{order.reference}', html
+    )
+    cancel_order(order, actor=system("test"), reason="withdrawn")
+    assert labels("approvals") == []
+
+
+def test_a_window_opening_tomorrow_and_one_closing_today_are_listed(
+    inventory: Inventory, make_request: RequestFactory
+) -> None:
+    soon = paid(make_request, starts_at=timezone.now() + timedelta(hours=20))
+    later = paid(make_request, starts_at=timezone.now() + timedelta(days=10))
+    assert labels("opening") == [soon.reference]
+    Order.objects.filter(pk=later.pk).update(
+        starts_at=timezone.now() - timedelta(days=2), ends_at=timezone.now() + timedelta(hours=3)
+    )
+    assert labels("closing") == [later.reference]
+    Order.objects.filter(pk=later.pk).update(status=Order.STATUS_COMPLETED)
+    assert labels("closing") == []
+
+
+def test_a_late_payment_waits_for_a_decision_until_it_is_refunded(
+    inventory: Inventory, make_request: RequestFactory
+) -> None:
+    chain = Chain.objects.create(chain_id=777, name="Test chain", rpc_url="http://127.0.0.1:1")
+    usdc = chain.assets.create(symbol="USDC", contract_address="0x" + "1" * 40, decimals=6)
+    order = place_order(make_request(lot_count=1, window_days=3))
+    now = timezone.now()
+    invoice = Invoice.objects.create(
+        order=order,
+        asset=usdc,
+        deposit_address=DepositAddress.objects.create(
+            chain=chain, index=1, address="0x" + "2" * 40
+        ),
+        amount_due=Decimal(500_000_000),
+        usd_due=Decimal(500),
+        usd_per_unit=Decimal(1),
+        created_block=1,
+        expires_at=now - timedelta(hours=1),
+        monitor_until=now + timedelta(hours=20),
+        status=Invoice.STATUS_EXPIRED,
+        exception=Invoice.EXCEPTION_PAID_LATE,
+        amount_seen=Decimal(500_000_000),
+        amount_confirmed=Decimal(500_000_000),
+    )
+    assert labels("payments") == [f"{order.reference} · 500 USDC"]
+    assert "paid after expiry" in section("payments").items[0].detail
+    Invoice.objects.filter(pk=invoice.pk).update(status=Invoice.STATUS_INVALID)  # refunded
+    assert labels("payments") == []
+
+
+def test_a_refund_due_is_listed_until_nothing_is_owed(
+    inventory: Inventory, make_request: RequestFactory
+) -> None:
+    chain = Chain.objects.create(chain_id=778, name="Test chain", rpc_url="http://127.0.0.1:1")
+    usdc = chain.assets.create(symbol="USDC", contract_address="0x" + "3" * 40, decimals=6)
+    order = paid(make_request)
+    now = timezone.now()
+    invoice = Invoice.objects.create(
+        order=order,
+        asset=usdc,
+        deposit_address=DepositAddress.objects.create(
+            chain=chain, index=2, address="0x" + "4" * 40
+        ),
+        amount_due=Decimal(500_000_000),
+        usd_due=Decimal(500),
+        usd_per_unit=Decimal(1),
+        created_block=1,
+        expires_at=now + timedelta(hours=1),
+        monitor_until=now + timedelta(hours=20),
+        status=Invoice.STATUS_SETTLED,
+        amount_seen=Decimal(600_000_000),
+        amount_confirmed=Decimal(600_000_000),
+        amount_to_refund=Decimal(100_000_000),
+    )
+    assert labels("refunds") == [f"{order.reference} · 100 USDC"]
+    assert "address" in section("refunds").items[0].detail
+    Invoice.objects.filter(pk=invoice.pk).update(
+        amount_to_refund=0, amount_refunded=Decimal(100_000_000)
+    )
+    assert labels("refunds") == []
+
+
+def test_a_failed_job_and_a_refused_host_key_wait_until_handled(
+    inventory: Inventory, make_request: RequestFactory
+) -> None:
+    order = paid(make_request)
+    lot = order.holds.get().lot
+    job = ProvisioningJob.objects.create(
+        order=order, lot=lot, status=ProvisioningJob.Status.FAILED, error="ssh: connection refused"
+    )
+    assert labels("provisioning") == [f"{order.reference} · {lot}"]
+    assert section("provisioning").items[0].detail == "ssh: connection refused"
+    ProvisioningJob.objects.filter(pk=job.pk).update(status=ProvisioningJob.Status.PENDING)
+    assert labels("provisioning") == []
+
+    host = lot.host
+    Host.objects.filter(pk=host.pk).update(
+        ssh_host_key_presented="ssh-ed25519 AAAA other", ssh_host_key_refused_at=timezone.now()
+    )
+    assert labels("host_keys") == [host.name]
+    Host.objects.filter(pk=host.pk).update(ssh_host_key_refused_at=None)
+    assert labels("host_keys") == []
+
+
+def test_a_chain_with_a_deep_reorganisation_or_no_recent_scan_needs_a_look(db: None) -> None:
+    chain = Chain.objects.create(
+        chain_id=779, name="Test chain", rpc_url="http://127.0.0.1:1", last_scan_at=timezone.now()
+    )
+    assert labels("chains") == []
+    Chain.objects.filter(pk=chain.pk).update(
+        deep_reorg_at=timezone.now(), deep_reorg_note="block 9 changed"
+    )
+    assert labels("chains") == [str(chain)]
+    assert "block 9 changed" in section("chains").items[0].detail
+    Chain.objects.filter(pk=chain.pk).update(deep_reorg_at=None)
+    assert labels("chains") == []
+    Chain.objects.filter(pk=chain.pk).update(last_scan_at=timezone.now() - timedelta(hours=1))
+    assert labels("chains") == [str(chain)]
