@@ -316,3 +316,27 @@ def today_view(request: HttpRequest) -> HttpResponse:
         "app_list": admin.site.get_app_list(request),
     }
     return TemplateResponse(request, "admin/today.html", context)
+
+
+def timeline_view(request: HttpRequest) -> HttpResponse:
+    """The occupancy timeline (reservations.timeline), filtered by kind, host and range."""
+    from reservations import timeline
+
+    kind = request.GET.get("kind", "")
+    host = request.GET.get("host", "")
+    try:
+        days = int(request.GET.get("days", ""))
+    except ValueError:
+        days = None
+    ranges = (30, 90, settings.RESERVATION_HORIZON.days)
+    if days not in ranges:
+        days = 90
+    context = {
+        **admin.site.each_context(request),
+        "title": _("Occupancy timeline"),
+        "timeline": timeline.build(kind=kind, host=host, days=days),
+        "choices": timeline.filters(),
+        "ranges": ranges,
+        "chosen": {"kind": kind, "host": host, "days": days},
+    }
+    return TemplateResponse(request, "admin/timeline.html", context)

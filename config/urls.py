@@ -2,7 +2,7 @@ from django.conf.urls.i18n import i18n_patterns
 from django.contrib import admin
 from django.urls import include, path
 
-from config.desk import today_view
+from config.desk import timeline_view, today_view
 from config.health import health
 
 handler500 = "config.outages.server_error"
@@ -13,6 +13,7 @@ admin.site.site_title = "GPU lots"
 urlpatterns = [
     # The desk's home page is "Today" (it keeps the list of models below it).
     path("admin/", admin.site.admin_view(today_view), name="desk_today"),
+    path("admin/timeline/", admin.site.admin_view(timeline_view), name="desk_timeline"),
     path("admin/", admin.site.urls),
     path("healthz", health, name="health"),
     path("api/v1/", include("api.urls")),

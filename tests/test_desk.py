@@ -198,3 +198,77 @@ def test_a_chain_with_a_deep_reorganisation_or_no_recent_scan_needs_a_look(db: N
     assert labels("chains") == []
     Chain.objects.filter(pk=chain.pk).update(last_scan_at=timezone.now() - timedelta(hours=1))
     assert labels("chains") == [str(chain)]
+
+
+# --------------------------------------------------------------------------- the timeline
+
+
+def bars_of(timeline: object, lot_pk: int) -> list[tuple[str, float, float, str]]:
+    from reservations.timeline import Timeline
+
+    assert isinstance(timeline, Timeline)
+    for group in timeline.groups:
+        for row in group.rows:
+            if row.lot.pk == lot_pk:
+                return [(b.kind, b.x, b.width, b.url) for b in row.bars]
+    raise AssertionError(f"lot {lot_pk} not on the timeline")
+
+
+def test_the_timeline_draws_each_booking_where_its_window_is(
+    inventory: Inventory, make_request: RequestFactory
+) -> None:
+    from reservations import timeline
+    from reservations.models import Lot
+
+    now = timezone.now()
+    start = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    held = place_order(
+        make_request(lot_count=1, window_days=3, starts_at=start + timedelta(days=2))
+    )
+    booked = paid(make_request, starts_at=start + timedelta(days=10))
+    drawn = timeline.build(now=now, days=30)
+    assert drawn.today_x == pytest.approx(
+        ((now - (start - timedelta(days=7))).total_seconds() / 86400) * timeline.DAY_WIDTH, abs=0.1
+    )
+    day = timeline.DAY_WIDTH
+    held_lot = held.holds.get().lot
+    bars = bars_of(drawn, held_lot.pk)
+    window = [b for b in bars if b[0] == "held"]
+    # A week back is x = 0: the window starts 9 days later and lasts 3 days.
+    assert window == [("held", 9 * day, 3 * day, f"/admin/reservations/order/{held.pk}/change/")]
+    turnaround = [b for b in bars if b[0] == "turnaround" and b[3] == window[0][3]]
+    assert len(turnaround) == 1
+    assert turnaround[0][1] == 12 * day  # right after the window
+    booked_lot = booked.holds.get().lot
+    assert [b[:3] for b in bars_of(drawn, booked_lot.pk) if b[0] == "booked"] == [
+        ("booked", 17 * day, 3 * day)
+    ]
+    # A lot in maintenance: one bar over the whole range; a retired one is not drawn.
+    spare = Lot.objects.exclude(pk__in=[held_lot.pk, booked_lot.pk]).first()
+    assert spare is not None
+    Lot.objects.filter(pk=spare.pk).update(status=Lot.Status.MAINTENANCE)
+    assert [b[0] for b in bars_of(timeline.build(now=now, days=30), spare.pk)] == ["maintenance"]
+    Lot.objects.filter(pk=spare.pk).update(status=Lot.Status.RETIRED)
+    with pytest.raises(AssertionError):
+        bars_of(timeline.build(now=now, days=30), spare.pk)
+    # A released hold leaves the timeline.
+    cancel_order(held, actor=system("test"), reason="withdrawn")
+    left = bars_of(timeline.build(now=now, days=30), held_lot.pk)
+    assert [b for b in left if b[3] == window[0][3]] == []
+
+
+def test_the_timeline_page_filters_by_kind_and_links_each_bar_to_its_order(
+    operator: Client, inventory: Inventory, make_request: RequestFactory
+) -> None:
+    order = place_order(make_request(lot_count=1, window_days=3))
+    response = operator.get("/admin/timeline/?days=30")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert f'href="/admin/reservations/order/{order.pk}/change/"' in html
+    assert f"{order.reference} · {order.contact_email}" in html  # the hover and focus label
+    assert '<label for="tl-kind">' in html
+    kind = order.kind.slug
+    other = "mi300x" if kind != "mi300x" else "h200"
+    assert order.reference in operator.get(f"/admin/timeline/?kind={kind}").content.decode()
+    assert order.reference not in operator.get(f"/admin/timeline/?kind={other}").content.decode()
+    assert operator.get("/admin/").content.decode().count('href="/admin/timeline/"') == 1
