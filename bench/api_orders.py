@@ -17,8 +17,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from benchdb import NO_UNPAID_LIMITS, SSH_KEY, fresh_database, running_stack
-from booking_pages import percentile
+from benchdb import NO_UNPAID_LIMITS, SSH_KEY, fresh_database, percentile, running_stack
 from booking_race import INTEGRITY_SQL
 
 DATABASE = "gpulots_bench_api"

@@ -6,8 +6,10 @@ same local PostgreSQL the product uses, in a database named after the benchmark.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -133,3 +135,50 @@ def running_stack(database: str, **extra_env: str) -> Iterator[int]:
             stack.wait(timeout=30)
         except subprocess.TimeoutExpired:
             stack.kill()
+
+
+# --------------------------------------------------------------------------- load
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def client(port: int, paths: list[str], latencies: list[float], *, cookie: str = "") -> None:
+    """One keep-alive connection asking for ``paths`` in turn (with ``cookie``, if any)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    extra = f"Cookie: {cookie}\r\n" if cookie else ""
+    try:
+        for path in paths:
+            started = time.perf_counter()
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode())
+            await writer.drain()
+            status = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            await reader.readexactly(length)
+            latencies.append((time.perf_counter() - started) * 1000)
+            if not status.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"{path}: {status!r}")
+    finally:
+        writer.close()
+
+
+async def drive(port: int, paths: list[list[str]], *, cookie: str = "") -> dict[str, float]:
+    """One client per list of paths, all at once; latency of every request."""
+    await asyncio.gather(*(client(port, mine[:3], [], cookie=cookie) for mine in paths))  # warm-up
+    latencies: list[float] = []
+    started = time.perf_counter()
+    await asyncio.gather(*(client(port, mine, latencies, cookie=cookie) for mine in paths))
+    seconds = time.perf_counter() - started
+    return {
+        "rps": round(len(latencies) / seconds, 1),
+        "p50_ms": round(percentile(latencies, 0.50), 2),
+        "p95_ms": round(percentile(latencies, 0.95), 2),
+        "requests": len(latencies),
+    }

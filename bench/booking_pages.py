@@ -16,10 +16,9 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from datetime import date, timedelta
 
-from benchdb import fresh_database, h200_request, running_stack
+from benchdb import drive, fresh_database, h200_request, running_stack
 
 DATABASE = "gpulots_bench_pages"
 TARGET_P95_MS = 50.0
@@ -36,49 +35,6 @@ def quote_path(day: date, client: int, request: int) -> str:
         f"&start_date={start.isoformat()}&environment=pytorch-2.9-cuda-12.8"
         f"&model_params_billion={params}&model_precision=bf16&model_workload=training"
     )
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))
-    return ordered[index]
-
-
-async def client(port: int, paths: list[str], latencies: list[float]) -> None:
-    """One keep-alive connection asking for ``paths`` in turn."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        for path in paths:
-            started = time.perf_counter()
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-            await writer.drain()
-            status = await reader.readline()
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode("latin-1").partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            await reader.readexactly(length)
-            latencies.append((time.perf_counter() - started) * 1000)
-            if not status.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(f"{path}: {status!r}")
-    finally:
-        writer.close()
-
-
-async def drive(port: int, paths: list[list[str]]) -> dict[str, float]:
-    """One client per list of paths, all at once; latency of every request."""
-    await asyncio.gather(*(client(port, mine[:3], []) for mine in paths))  # warm-up
-    latencies: list[float] = []
-    started = time.perf_counter()
-    await asyncio.gather(*(client(port, mine, latencies) for mine in paths))
-    seconds = time.perf_counter() - started
-    return {
-        "rps": round(len(latencies) / seconds, 1),
-        "p50_ms": round(percentile(latencies, 0.50), 2),
-        "p95_ms": round(percentile(latencies, 0.95), 2),
-        "requests": len(latencies),
-    }
 
 
 def main() -> int:
