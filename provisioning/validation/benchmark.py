@@ -99,6 +99,7 @@ DEFAULT_BUDGETS = {  # seconds, on GPUs (full / --quick); the CPU stand-in uses 
     "split_two_cards": (240, 120),
     "independent": (180, 90),
 }
+SKIPPABLE = ("per_card", "collectives", "split", "independent", "smoke")
 NVIDIA_FIELDS = [
     "index",
     "name",
@@ -327,6 +328,8 @@ def nvidia_query(tool: str, cards: list[int]) -> tuple[list[dict[str, Any]], str
                     continue
                 row = {field: _number(value) for field, value in zip(fields, values)}  # noqa: B905 (3.9)
                 row["name"] = str(row["name"])
+                if isinstance(row["index"], float):
+                    row["index"] = int(row["index"])
                 row["driver_version"] = str(values[fields.index("driver_version")])
                 row["throttle_reasons"] = row.pop(fields[-2])
                 rows.append(row)
@@ -596,6 +599,8 @@ def _rank_main(
         device = device_for(rank)
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        else:  # each stand-in process its share of the cores, as a card is its own
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
         if payload.get("group", world > 1):
             dist.init_process_group(
                 "nccl" if device.type == "cuda" else "gloo",
@@ -604,7 +609,10 @@ def _rank_main(
                 timeout=_dt.timedelta(seconds=group_seconds),
             )
             grouped = True
+        started = time.perf_counter()
         result = globals()[target](rank, world, device, payload)
+        if isinstance(result, dict):
+            result["rank_seconds"] = round(time.perf_counter() - started, 2)
         out.put({"rank": rank, "result": result})
     except BaseException:  # sent back whole: the parent records it
         out.put({"rank": rank, "error": traceback.format_exc()[-4000:]})
@@ -785,8 +793,8 @@ def memory_pattern(
         free, _total = torch.cuda.mem_get_info(device)
     else:
         free = cap
-    chunk = min(GIB, cap)
     target = min(int(free * fraction), cap)
+    chunk = max(2**20, min(GIB, target // 4) // 4 * 4)
     chunks: list[torch.Tensor] = []
     try:
         while sum(c.numel() * 4 for c in chunks) + chunk <= target:
@@ -1534,6 +1542,7 @@ class Benchmark:
         self.samples: list[dict[str, Any]] = []
         self.current = ""
         self.config: dict[str, Any] = {}
+        self.skip = {name for name in args.skip.split(",") if name}
 
     # -- the frame
 
@@ -1547,6 +1556,10 @@ class Benchmark:
         self.current = name
         record: dict[str, Any] = {"status": "ok", "seconds": 0.0, "error": ""}
         self.data["sections"][name] = record
+        if name in self.skip:
+            record.update(status="skipped", error="skipped: --skip")
+            self.report.save()
+            return None
         if time.monotonic() > self.deadline - 5:
             record.update(
                 status="timeout", error="not run: the run's overall budget (--timeout) was spent"
@@ -1689,11 +1702,17 @@ class Benchmark:
         if rows:
             names = ", ".join(sorted({str(r.get("name")) for r in rows}))
             driver = rows[0].get("driver_version", "?")
+            if torch.version.cuda is None and torch.version.hip is None:
+                detail = "this PyTorch is a CPU-only build"
+            else:
+                detail = (
+                    f"this wheel (CUDA {torch.version.cuda or torch.version.hip}) needs a newer "
+                    f"driver than {driver}, or has no kernels for these cards"
+                )
             return (
-                f"no GPU visible to PyTorch: {tool} lists "
-                f"{len(rows)} GPU(s) ({names}, driver {driver}) but {build} cannot use them "
-                "(torch.cuda.is_available() is false): the wheel does not match the driver "
-                "(a CUDA build newer than the driver supports, or a CPU-only build)"
+                f"no GPU visible to PyTorch: {tool} lists {len(rows)} GPU(s) ({names}, "
+                f"driver {driver}) but {build} cannot use them (torch.cuda.is_available() is "
+                f"false): the wheel does not match the driver ({detail})"
             )
         return f"no GPU visible: {build} sees no device and no GPU tool lists one"
 
@@ -1884,7 +1903,7 @@ class Benchmark:
                     ok,
                     card=card,
                     reference=sku,
-                    note="" if ok else f"the card is a {name}, not a {sku}",
+                    note="" if ok else f"the card is {name}; the kind expects {sku}",
                 )
         if sku and not names:
             self.check("sku", not_measured("no GPU and no GPU tool"), None, reference=sku)
@@ -2035,7 +2054,7 @@ class Benchmark:
     def sample_telemetry(self) -> None:
         if self.telemetry is None or not self.telemetry.tool:
             return
-        interval = 2.0 if self.gpu and not self.args.quick else 1.0
+        interval = 2.0
         last = self.samples[-1]["t"] if self.samples else 0
         if time.time() - last >= interval and len(self.samples) < 400:
             self.samples.append(self.telemetry.sample())
@@ -2054,6 +2073,12 @@ class Benchmark:
         telemetry = self.data.get("telemetry")
         if isinstance(telemetry, dict):
             telemetry["samples"] = self.samples
+        first = results[0] if results else {}
+        self.data.setdefault("essentials", {}).update(  # v1's figures, from card 0
+            matmul=first.get("matmul_bf16"),
+            copy_bandwidth_gbps=first.get("hbm", {}).get("gbps", not_measured("no figure")),
+            attention=not_measured("v2 times attention inside the split test's blocks"),
+        )
         stack = self.data.get("stack")
         if isinstance(stack, dict):
             stack["kernel_check"] = [
@@ -2674,6 +2699,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any]]:
     )
     parser.add_argument("--nvidia-smi", default="", help="the nvidia-smi to read telemetry with")
     parser.add_argument("--amd-smi", default="", help="the amd-smi to read telemetry with")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="sections not to run (diagnosis, tests): per_card,collectives,split,independent,smoke",
+    )
     parser.add_argument("--extensions", default="")
     parser.add_argument("--smoke", default="")
     parser.add_argument(
@@ -2685,6 +2715,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any]]:
     args = parser.parse_args(argv)
     if args.expect_devices is not None and args.expect_devices < 1:
         parser.error("--expect-devices: at least one device")
+    unknown = set(args.skip.split(",")) - {"", *SKIPPABLE}
+    if unknown:
+        parser.error(f"--skip: no section {', '.join(sorted(unknown))}")
     if args.seq_len < 1 or args.micro_batch < 1 or args.timeout <= 0:
         parser.error("--seq-len, --micro-batch and --timeout must be positive")
     try:
