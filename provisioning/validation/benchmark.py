@@ -40,7 +40,8 @@ error, 3 device mismatch, 4 acceptance failed, 5 timeout (a section or the whole
 
 Test-only fault injection (never set on a host): GPULOTS_BENCH_FAULT=wrong_all_reduce
 (rank 0's all-reduce result is perturbed), rank_raises (rank 1 raises in the collectives
-section), rank_hangs (rank 1 sleeps forever in the collectives section).
+section), rank_hangs (rank 1 sleeps forever in the collectives section), oom_two_cards
+(rank 1 runs out of memory in the two-card split run).
 """
 
 from __future__ import annotations
@@ -682,7 +683,18 @@ def run_ranks(
                     f"{message['error'].strip().splitlines()[-1][:300]}",
                     message["error"],
                 )
-            results[message["rank"]] = message["result"]
+            results[message["rank"]] = found = message["result"]
+            if isinstance(found, dict) and found.get("fits") is False and world > 1:
+                # out of memory on one rank: the others wait in a collective for it (NCCL
+                # until the group's timeout); end them now, the run's answer is known
+                for rank in range(world):
+                    results.setdefault(
+                        rank,
+                        {
+                            "fits": False,
+                            "error": f"ended: rank {message['rank']} ran out of memory",
+                        },
+                    )
     finally:
         done = len(results) == world
         for process in processes:
@@ -1269,6 +1281,8 @@ def split_worker(
         return steps, computes
 
     try:
+        if FAULT == "oom_two_cards" and mode != "single" and rank == 1:
+            raise torch.cuda.OutOfMemoryError("injected fault: rank 1 out of memory")
         steps, computes = phase(True)
         quiet: list[float] = []
         if mode == "ddp":
@@ -1400,10 +1414,11 @@ def verdict(
         )
     tail = (" " + " ".join(caveats)) if caveats else ""
     if "median_step_ms" not in pair and hypothesis != "make_possible":
-        why = pair.get("mode") or pair.get("error") or "not run"
-        result.update(
-            code="two_cards_not_run", measured=f"Not answered: the two-card part was {why}.{tail}"
-        )
+        if pair.get("error"):
+            why = f"the two-card run failed: {pair['error']}"
+        else:
+            why = f"the two-card part was {pair.get('mode') or 'not run'}"
+        result.update(code="two_cards_not_run", measured=f"Not answered: {why}.{tail}")
         return result
     if hypothesis == "shorter_step":
         held.append(f"the same global batch ({2 * model.get('micro_batch', 1)} samples a step)")

@@ -280,6 +280,25 @@ def test_make_possible_shards_with_fsdp2_and_fp8_is_measured_in_bf16(tmp_path: P
     assert verdict["code"] == "already_fits_one_card"  # the scaled-down model fits one
 
 
+def test_out_of_memory_on_one_rank_ends_the_two_card_run_at_once(tmp_path: Path) -> None:
+    code, report, stderr = run(
+        tmp_path,
+        "--skip",
+        "per_card,collectives",
+        "--section-budgets",
+        json.dumps({"split_two_cards": 60}),
+        fault="oom_two_cards",
+    )
+    assert code == 0, stderr[-3000:]  # a result, not a crash: the model does not fit
+    pair = report["split"]["two_cards"]
+    assert pair["fits"] is False
+    assert pair["per_rank"][1]["error"].startswith("out of memory in a step")
+    assert report["sections"]["split"]["seconds"] < 30  # not left to the group's timeout
+    verdict = report["verdict"]
+    assert verdict["answer"] == "not_answered"
+    assert verdict["measured"].startswith("Not answered: the two-card run failed: ")
+
+
 def test_no_gpu_with_require_gpu_is_an_acceptance_failure_exit_6(tmp_path: Path) -> None:
     code, report, stderr = run(tmp_path, "--require-gpu", env={"PATH": "/usr/bin:/bin"})
     assert code == 6
@@ -440,7 +459,7 @@ def test_a_usage_error_exits_2(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 2
-    assert "--thresholds" in done.stderr
+    assert "--thresholds / --section-budgets: not JSON" in done.stderr
 
 
 def test_the_program_is_python39_compatible() -> None:
