@@ -1654,6 +1654,9 @@ class Benchmark:
             )
             self.data["error"] = self.no_gpu_reason()
             return self.finish(EXIT_NO_GPU)
+        if not self.gpu and self.rows_before:  # a stand-in on a host whose tool lists GPUs
+            self.data["devices"]["gpu_tool_lists"] = len(self.rows_before)
+            self.check("gpu_visible", 0, None, unit="devices", note=self.no_gpu_reason())
         self.acceptance_static()
         per_card = self.section("per_card", self.per_card)
         self.acceptance_per_card(per_card)
@@ -2546,6 +2549,8 @@ class Benchmark:
         else:
             pair["error"] = next((r.get("error") for r in pair_list if r.get("error")), "")
         split["two_cards"] = pair
+        for key in ("exposed_exchange_seconds", "exchange_share"):
+            split[key] = pair.get(key, not_measured("the two-card run did not finish"))
         if hypothesis == "make_possible":
             split["make_possible"] = self.make_possible(config)
         split.update(

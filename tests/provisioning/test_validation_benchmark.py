@@ -149,6 +149,10 @@ def test_the_sku_memory_and_telemetry_come_from_the_fake_nvidia_smi(
     assert telemetry["samples"], "sampled during the per-card load"
     assert {c["index"] for c in telemetry["samples"][0]["cards"]} == {0, 1}
     assert [c["passed"] for c in checks(report, "ecc_errors")] == [True, True]
+    # The tool lists GPUs this PyTorch cannot use: said, though without --require-gpu
+    (visible,) = checks(report, "gpu_visible")
+    assert visible["passed"] is None
+    assert "torch.cuda.is_available() is false" in visible["note"]
 
 
 def test_each_card_is_measured_on_its_own(report: dict[str, Any]) -> None:
@@ -217,6 +221,7 @@ def test_data_parallel_exposes_the_exchange_as_ddp_minus_no_sync(report: dict[st
     assert pair["global_batch"] == single["global_batch"] == 4
     exposed = max(0.0, (pair["median_step_ms"] - pair["no_sync_step_ms"]) / 1000)
     assert pair["exposed_exchange_seconds"] == pytest.approx(exposed, abs=1e-6)
+    assert split["exposed_exchange_seconds"] == pair["exposed_exchange_seconds"]
     assert pair["exchange_share"] == pytest.approx(
         exposed / (pair["median_step_ms"] / 1000), abs=1e-3
     )
