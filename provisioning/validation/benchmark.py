@@ -1582,6 +1582,9 @@ class Benchmark:
             self.timed_out = True
             self.report.save()
             return None
+        record["status"] = "running"  # a partial report says where the run was
+        self.report.save()
+        record["status"] = "ok"
         started = time.perf_counter()
         value = None
         try:

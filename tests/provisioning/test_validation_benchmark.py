@@ -537,3 +537,31 @@ def test_the_verdict_answers_each_hypothesis_in_plain_words() -> None:
     assert "scaled-down model: too big" in found["measured"]
     assert "CPU stand-in" in found["measured"]
     assert "measured in fp32" in found["measured"]
+
+
+def test_a_sigterm_from_the_hosts_timeout_writes_the_report_and_exits_5(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    process = subprocess.Popen(
+        command(out, "--cards", "0,1"),
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if out.exists() and "per_card" in json.loads(out.read_text())["sections"]:
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)  # what `timeout` sends the benchmark
+        code = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    report = json.loads(out.read_text())
+    assert code == 5
+    assert (report["exit_code"], report["complete"]) == (5, False)
+    assert report["error"] == "terminated (SIGTERM) during section per_card"
+    assert report["sections"]["per_card"]["status"] == "timeout"
