@@ -1,23 +1,46 @@
 #!/usr/bin/env bash
-# Run the validation benchmark on a machine with GPUs (NCCL on NVIDIA, RCCL on ROCm) and
-# print its verdict; the full JSON report lands in ${OUT:-validation-report.json}.
-#   scripts/validate_on_gpu.sh [--expected-arch sm_90] [--params-billion 1] [...]
-# Needs only Python and the PyTorch the host's environment provides. With a single visible
-# GPU the two-card part is skipped, and the report says so. Finishes in a few minutes.
-set -euo pipefail
+# Run the acceptance benchmark (report v2) on a machine with GPUs (NCCL on NVIDIA, RCCL on
+# ROCm) and print the acceptance table and the verdict; the full JSON report lands in
+# ${OUT:-validation-report.json}.
+#   scripts/validate_on_gpu.sh [--cards 0 | --cards 0,1] [--params-billion 7] [...]
+# CARDS (default: every visible GPU), THRESHOLDS (JSON; default: an H200's datasheet),
+# PYTHON (the booked environment's interpreter). --require-gpu is always passed: no visible
+# GPU is an acceptance failure (exit 6), never a CPU stand-in. One card: the collectives
+# and the two-card split are skipped and the report says so. Exit status: the benchmark's.
+set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-validation-report.json}"
 python="${PYTHON:-python3}"
-"$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no GPU visible to PyTorch")'
-timeout 300 "$python" "$here/provisioning/validation/benchmark.py" --out "$out" "$@"
+if [ -z "${CARDS:-}" ]; then
+  count="$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)"
+  [ "$count" -gt 0 ] || count=1
+  CARDS="$(seq -s, 0 $((count - 1)))"
+fi
+thresholds="${THRESHOLDS:-{\"sku\": \"H200\", \"memory_gib\": 141, \"memory_share_min\": 0.9, \"bf16_tflops\": 989, \"fp8_tflops\": 1979, \"hbm_tbps\": 4.8, \"matmul_share_min\": 0.6, \"hbm_share_min\": 0.7, \"busbw_gbps_min\": 100, \"card_tolerance\": 0.1, \"min_torch\": \"2.7\", \"min_cuda\": \"12.8\", \"min_driver\": \"570\", \"arch\": \"sm_90\", \"ecc_required\": true}}"
+export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="$CARDS" HIP_VISIBLE_DEVICES="$CARDS"
+unset ROCR_VISIBLE_DEVICES
+timeout -k 30 960 "$python" "$here/provisioning/validation/benchmark.py" --out "$out" \
+  --cards "$CARDS" --require-gpu --thresholds "$thresholds" "$@"
+code=$?
 "$python" - "$out" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
-stack, basics, split = report["stack"], report["essentials"], report["split_test"]
-print("devices:", ", ".join(f"{d['name']} ({d['arch']}, {d['memory_gb']} GB)" for d in stack["devices"]))
-print("torch", stack["torch"], "cuda", stack["cuda"], "hip", stack["hip"], "arch in build:", stack["arch_supported"])
-print("matmul", basics["matmul"]["tflops"], "TFLOP/s", basics["matmul"]["dtype"], "· copy", basics["copy_bandwidth_gbps"], "GB/s")
-print("one card:", split["one_card"])
-print("two cards:", split["two_cards"])
-print("verdict:", report["verdict"]["answer"])
+stack = report.get("stack", {})
+print("torch", stack.get("torch"), "cuda", stack.get("cuda"), "hip", stack.get("hip"),
+      "nccl", stack.get("nccl"), "driver", stack.get("driver"), "python", stack.get("python"))
+for check in report["acceptance"]["checks"]:
+    mark = {True: "PASS", False: "FAIL", None: "----"}[check["passed"]]
+    card = "" if check["card"] is None else f" card {check['card']}"
+    print(f"{mark} {check['id']}{card}: {check['value']} {check['unit']} (ref {check['reference']}) {check['note']}")
+for name, section in report["sections"].items():
+    print(f"section {name}: {section['status']} {section['seconds']} s {section.get('error', '')[:200]}")
+for name in ("all_reduce", "all_gather", "reduce_scatter"):
+    rows = report.get("collectives", {}).get(name) or []
+    if rows:
+        top = rows[-1]
+        print(f"{name} at {top['bytes'] / 2**20:.0f} MiB: busbw {top['busbw_gbps']} GB/s, correct {top['correct']}")
+print("model:", report.get("model"))
+print("verdict:", report.get("verdict", {}).get("measured"))
+print("exit:", report.get("exit_code"), "accepted:", report["acceptance"]["passed"])
 PY
+exit "$code"

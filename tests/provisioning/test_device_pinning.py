@@ -49,7 +49,7 @@ def forcing_wrapper(folder: Path, cards: str) -> Path:
 
 
 def assert_nothing_measured(report: dict[str, Any]) -> None:
-    assert not {"stack", "essentials", "split_test", "verdict"} & set(report)
+    assert not {"stack", "essentials", "split", "per_card", "collectives", "verdict"} & set(report)
     assert report["error"] == report["devices"]["problem"]  # the page's "did not finish" line
 
 
@@ -79,7 +79,7 @@ def test_each_lots_benchmark_sees_its_own_cards_and_only_them(
     assert devices["list"][0]["uuid"] == "not measured: no GPU (CPU stand-in)"
     # Then it measured, on those two.
     assert lots[cards]["essentials"]["all_reduce"]["correct"] is True
-    assert lots[cards]["split_test"]["two_cards"]["mode"] == "data_parallel"
+    assert lots[cards]["split"]["two_cards"]["mode"] == "data_parallel"
 
 
 def test_fewer_visible_cards_than_expected_measure_nothing_and_the_report_is_kept(
@@ -138,7 +138,7 @@ def test_each_independent_experiment_runs_in_a_process_that_sees_only_its_card(
         LocalBackend(tmp_path / "hosts"), "independent", "2,3", "--usage-mode", "independent"
     )
     assert report["devices"]["ok"] is True
-    runs = report["split_test"]["independent"]
+    runs = report["split"]["independent"]
     assert [run["card"] for run in runs] == [2, 3]
     for run in runs:
         assert run["variable"] == {"CUDA_VISIBLE_DEVICES": str(run["card"])}
