@@ -50,6 +50,46 @@ class HardwareKindAdmin(admin.ModelAdmin):
     list_editable = ("is_offered",)
     prepopulated_fields = {"slug": ("name",)}
     inlines = (PriceInline,)
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "slug",
+                    "name",
+                    "vendor",
+                    "generation",
+                    "stack",
+                    "memory_per_card_gb",
+                    "interconnect",
+                    "architecture",
+                    "description",
+                    "display_order",
+                    "is_offered",
+                )
+            },
+        ),
+        (
+            gettext_lazy("Acceptance references (the benchmark holds a lot that misses one)"),
+            {
+                "description": gettext_lazy(
+                    "Datasheet peaks are dense (not sparse) figures per card; shares are "
+                    "between 0 and 1. An empty figure is not checked."
+                ),
+                "fields": (
+                    "accept_sku",
+                    ("accept_memory_gib", "accept_memory_share_min"),
+                    ("accept_bf16_tflops", "accept_fp8_tflops", "accept_matmul_share_min"),
+                    ("accept_hbm_tbps", "accept_hbm_share_min"),
+                    "accept_busbw_gbps_min",
+                    "accept_card_tolerance",
+                    ("accept_min_torch", "accept_min_cuda", "accept_min_rocm"),
+                    "accept_min_driver",
+                    ("accept_ecc_required", "accept_mig_allowed"),
+                ),
+            },
+        ),
+    )
 
 
 @admin.register(Price)
@@ -552,6 +592,8 @@ class OrderAdmin(admin.ModelAdmin):
                     "model_params_billion",
                     "model_precision",
                     "model_workload",
+                    "model_seq_len",
+                    "model_micro_batch",
                     "checkpoints",
                     "abort_criteria",
                 )
