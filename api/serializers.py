@@ -441,10 +441,21 @@ class ProvisioningSerializer(serializers.Serializer):
 class LotReportSerializer(serializers.Serializer):
     lot = serializers.CharField()
     host = serializers.CharField()
+    version = serializers.SerializerMethodField(
+        help_text="The report's format: 2 with the acceptance checks (REPORT_V2), 1 before; "
+        "null until the lot is ready"
+    )
     report = serializers.DictField(
         allow_null=True,
         help_text="The validation benchmark's JSON report as stored; null until the lot is ready",
     )
+
+    def get_version(self, lot: dict[str, Any]) -> int | None:
+        report = lot.get("report")
+        if not isinstance(report, dict):
+            return None
+        version = report.get("version", 1)
+        return version if isinstance(version, int) else 1
 
 
 class ReportsSerializer(serializers.Serializer):
