@@ -141,7 +141,8 @@ def figure(value: Any, unit: str = "", digits: int = 1) -> str:
     if isinstance(value, int | float):
         if unit in SHARE_UNITS:
             return percent(value)
-        text = number_format(round(value, digits), decimal_pos=None, use_l10n=True)
+        grouped = isinstance(value, int) and abs(value) >= 10_000
+        text = number_format(round(value, digits), use_l10n=True, force_grouping=grouped)
         return f"{text} {unit}".strip()
     return str(value)
 
@@ -164,7 +165,7 @@ def _check_row(check: dict[str, Any]) -> dict[str, Any]:
         value_text = _("%(figure)s usable") % {"figure": value_text}
         if has_reference:
             reference_text = _("%(figure)s nameplate") % {"figure": reference_text}
-    elif numeric and has_reference and reference and unit not in SHARE_UNITS:
+    elif numeric and has_reference and reference and unit and unit not in SHARE_UNITS:
         value_text = _("%(figure)s (%(share)s of the reference)") % {
             "figure": value_text,
             "share": percent(value / reference),

@@ -41,7 +41,7 @@ ENGLISH = (
     "Hardware acceptance",
     "of the reference",
     "nameplate",
-    "usable",
+    "GiB usable",
     "message size",
     "Back to the order",
 )
