@@ -122,6 +122,12 @@ REASONS: dict[str, Promise] = {
 SHARE_UNITS = ("share", "fraction", "ratio")
 
 
+def part(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """``data[key]`` when it is an object, else an empty one (a report is never trusted)."""
+    found = data.get(key)
+    return found if isinstance(found, dict) else {}
+
+
 def not_measured(value: str) -> str:
     """ "not measured: <why>" in the page's language (the reason translated when known)."""
     why = value[len(NOT_MEASURED) :].strip()
@@ -246,19 +252,19 @@ def _runs(split: dict[str, Any]) -> list[dict[str, Any]]:
 
 def context(order: Order, data: dict[str, Any]) -> dict[str, Any]:
     """What templates/provisioning/report_v2.html shows of a version-2 report."""
-    verdict = data.get("verdict") if isinstance(data.get("verdict"), dict) else {}
-    acceptance = data.get("acceptance") if isinstance(data.get("acceptance"), dict) else {}
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
-    split = data.get("split") if isinstance(data.get("split"), dict) else {}
-    collectives = data.get("collectives") if isinstance(data.get("collectives"), dict) else {}
+    verdict = part(data, "verdict")
+    acceptance = part(data, "acceptance")
+    model = part(data, "model")
+    split = part(data, "split")
+    collectives = part(data, "collectives")
     code = str(verdict.get("code") or "")
     answer = str(verdict.get("answer") or "not_answered")
     checks = [c for c in acceptance.get("checks") or [] if isinstance(c, dict)]
     held = [
         HELD_CONSTANT.get(str(item).lower(), item) for item in verdict.get("held_constant") or []
     ]
-    two = split.get("two_cards") if isinstance(split.get("two_cards"), dict) else {}
-    one = split.get("one_card") if isinstance(split.get("one_card"), dict) else {}
+    two = part(split, "two_cards")
+    one = part(split, "one_card")
     peaks = two.get("peak_memory_gib", two.get("peak_memory_gb"))
     memory_unit = "GiB" if "peak_memory_gib" in two else "GB"
     charts = {

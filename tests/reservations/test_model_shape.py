@@ -76,8 +76,9 @@ def test_the_api_takes_and_returns_the_shape(client: Client, ada: tuple[User, st
     assert refused.status_code == 400
     assert "model_seq_len" in str(refused.json())
     schema = get(client, "/api/v1/schema/", ada[1])
-    if schema.status_code == 200:
-        assert "model_seq_len" in schema.content.decode()
+    assert schema.status_code == 200
+    assert "model_seq_len" in schema.content.decode()
+    assert "model_micro_batch" in schema.content.decode()
 
 
 def test_the_admin_shows_the_shape_of_an_order(client: Client, inventory: Inventory) -> None:
