@@ -157,3 +157,28 @@ def test_the_api_returns_the_same_json_with_its_version(
     (lot,) = response.json()["lots"]
     assert lot["version"] == 2
     assert lot["report"] == v2_reports.report()
+
+
+@pytest.mark.parametrize(
+    ("language", "verdict", "stand_in"),
+    [
+        ("en", "Yes: A step is shorter on two cards than on one.", "measured on a CPU stand-in"),
+        ("de", "Ja: Ein Schritt ist auf zwei Karten kürzer als auf einer.", "CPU-Ersatz"),
+        ("fr", "Oui : Un pas est plus court sur deux cartes que sur une.", "substitut CPU"),
+    ],
+)
+def test_the_order_page_gives_the_verdict_translated_and_says_cpu_stand_in(
+    client: Client,
+    make_request: RequestFactory,
+    tmp_path: Path,
+    language: str,
+    verdict: str,
+    stand_in: str,
+) -> None:
+    job = delivered(make_request, tmp_path, v2_reports.stand_in())
+    with translation.override(language):
+        url = reverse("reservations:order", args=[job.order.reference, job.order.secret])
+    html = client.get(url).content.decode()
+    assert verdict in html.replace("&#x27;", "'")
+    assert 'data-testid="stand-in"' in html
+    assert stand_in in html
