@@ -450,12 +450,12 @@ def _benchmark_arguments(job: ProvisioningJob, *, sandbox: bool | None = None) -
         "--expected-arch",
         kind.architecture,
     ]
-    if order.model_params_billion is not None:
-        arguments += ["--params-billion", str(order.model_params_billion)]
-    if not speaks_v2():  # the version-1 program: only what it takes
+    if not speaks_v2():  # the version-1 program: what it took (its sizes build on the host)
         if order.model_precision in ("fp32", "bf16", "fp16"):
             arguments += ["--precision", order.model_precision]
         return arguments
+    if order.model_params_billion is not None:
+        arguments += ["--params-billion", str(order.model_params_billion)]
     if order.model_precision in V2_PRECISIONS:
         arguments += ["--precision", order.model_precision]
     arguments += [
