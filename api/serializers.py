@@ -13,6 +13,10 @@ from payments.models import Invoice, Refund
 from payments.services import CLAIM_RESULTS
 from provisioning.models import ProvisioningJob
 from reservations.models import (
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
+    MODEL_MICRO_BATCH,
+    MODEL_SEQ_LEN,
     Environment,
     HardwareKind,
     Hypothesis,
@@ -169,6 +173,20 @@ class OrderCreateSerializer(StrictSerializer):
     model_workload = serializers.ChoiceField(
         choices=Workload.values, required=False, allow_blank=True
     )
+    model_seq_len = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_SEQ_LEN,
+        help_text=f"Tokens per sample for the benchmark model (default {MODEL_SEQ_LEN})",
+    )
+    model_micro_batch = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_MICRO_BATCH,
+        help_text=f"Samples per card and step (default {MODEL_MICRO_BATCH})",
+    )
     checkpoints = serializers.CharField(
         required=False, allow_blank=True, max_length=TEXT_LIMITS["checkpoints"]
     )
@@ -204,6 +222,8 @@ class OrderSerializer(serializers.ModelSerializer):
             "model_params_billion",
             "model_precision",
             "model_workload",
+            "model_seq_len",
+            "model_micro_batch",
             "unit_price_usd",
             "total_usd",
             "hold_expires_at",
@@ -421,10 +441,21 @@ class ProvisioningSerializer(serializers.Serializer):
 class LotReportSerializer(serializers.Serializer):
     lot = serializers.CharField()
     host = serializers.CharField()
+    version = serializers.SerializerMethodField(
+        help_text="The report's format: 2 with the acceptance checks (REPORT_V2), 1 before; "
+        "null until the lot is ready"
+    )
     report = serializers.DictField(
         allow_null=True,
         help_text="The validation benchmark's JSON report as stored; null until the lot is ready",
     )
+
+    def get_version(self, lot: dict[str, Any]) -> int | None:
+        report = lot.get("report")
+        if not isinstance(report, dict):
+            return None
+        version = report.get("version", 1)
+        return version if isinstance(version, int) else 1
 
 
 class ReportsSerializer(serializers.Serializer):

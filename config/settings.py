@@ -400,6 +400,12 @@ PROVISIONING_REMINDER_HOURS = env_int("PROVISIONING_REMINDER_HOURS", 24, minimum
 PROVISIONING_HOLD_ON_CRASH = env_bool("PROVISIONING_HOLD_ON_CRASH", default=False)
 """Hold access for the operator when a lot's benchmark crashed (else it is delivered, with
 the crash in its report)."""
+ACCEPTANCE_DRIFT_SHARE = float(env_str("ACCEPTANCE_DRIFT_SHARE", "0.9") or "0.9")
+"""A lot whose latest acceptance figures (matrix product and HBM shares of the datasheet,
+all-reduce bus bandwidth) fall below this share of its kind's median over all lots is
+flagged in the lot list (provisioning.fleet)."""
+if not 0 < ACCEPTANCE_DRIFT_SHARE <= 1:
+    raise ImproperlyConfigured("ACCEPTANCE_DRIFT_SHARE must be above 0 and at most 1")
 PROVISIONING_BACKEND = env_str("PROVISIONING_BACKEND", "local")
 """Where the host-side steps run: "local" (the sandbox above, for `make run` and the demo)
 or "ssh" (the inventory's hosts, each reached at its address with its pinned host key)."""

@@ -11,9 +11,11 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from provisioning import services
 from provisioning.models import AccessGrant, ProvisioningJob
+from provisioning.report import part
 from reservations.records import RecordAdmin
 from reservations.services import Actor
 
@@ -35,6 +37,8 @@ def report_summary(job: ProvisioningJob) -> str:
             links,
             devices.get("problem", ""),
         )
+    if isinstance(report.get("version"), int) and report["version"] >= 2:
+        return _acceptance_summary(report, links)
     if "error" in report:
         return format_html(
             "<strong>benchmark crashed</strong> ({})<pre>{}</pre>", links, report["error"]
@@ -52,6 +56,36 @@ def report_summary(job: ProvisioningJob) -> str:
         ("cards unbalanced", two.get("imbalanced")),
         ("stack", _stack(report.get("stack", {}))),
     ]
+    table = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", rows)
+    return format_html("<table>{}</table><p>{}</p>", table, links)
+
+
+def _acceptance_summary(report: dict[str, Any], links: SafeString) -> SafeString:
+    """A version-2 report in the desk: the acceptance result, what failed and why, whether
+    a CPU stand-in measured it, the verdict, the step times (REPORT_V2.md)."""
+    acceptance = part(report, "acceptance")
+    passed = acceptance.get("passed")
+    split = part(report, "split")
+    one, two = split.get("one_card") or {}, split.get("two_cards") or {}
+    verdict = part(report, "verdict")
+    rows = [
+        (
+            "acceptance",
+            "passed" if passed is True else "FAILED" if passed is False else "nothing checked",
+        ),
+        ("failed checks", "; ".join(map(str, acceptance.get("failed") or [])) or "-"),
+        ("exit code", report.get("exit_code")),
+        ("complete", report.get("complete")),
+        ("CPU stand-in", report.get("stand_in")),
+        ("verdict", f"{verdict.get('answer', '-')} ({verdict.get('code', '-')})"),
+        (
+            "step time, one card / two (ms)",
+            f"{one.get('median_step_ms')} / {two.get('median_step_ms')}",
+        ),
+        ("share of the step in the exchange", two.get("exchange_share")),
+    ]
+    if "error" in report:
+        rows.append(("error", report["error"]))
     table = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", rows)
     return format_html("<table>{}</table><p>{}</p>", table, links)
 

@@ -145,6 +145,10 @@ def backend_for(host: Host) -> Backend:
 class LocalBackend:
     """The scripts on this machine, each host a folder under ``root``."""
 
+    sandbox = True
+    """This machine's CPU stands in for the cards: the benchmark runs without --require-gpu
+    and its report says "stand_in" (provisioning.services.is_sandbox)."""
+
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root or settings.PROVISIONING_LOCAL_ROOT)
 

@@ -6,6 +6,8 @@ retry after a crash continues with the next step. The host-side steps are idempo
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -17,7 +19,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from provisioning import access
-from provisioning.backends import Backend, HostKeyRefused, StepFailed, backend_for
+from provisioning.backends import BENCHMARK, Backend, HostKeyRefused, StepFailed, backend_for
 from provisioning.models import AccessGrant, ProvisioningJob
 from reservations import notifications
 from reservations.errors import InvalidTransition
@@ -188,18 +190,26 @@ def _run_steps(
         elif step in ("run_validation", "fetch_report"):
             # On the lot's cards only: the backend exports their indices to the benchmark,
             # which checks that it sees exactly those (a mismatch holds the lot).
+            sandbox = is_sandbox(backend)
             report_path = report_path or backend.run_validation(
-                host, f"job-{job.pk}", _benchmark_arguments(job), cards=lot_cards(job)
+                host,
+                f"job-{job.pk}",
+                _benchmark_arguments(job, sandbox=sandbox),
+                cards=lot_cards(job),
             )
             if step == "fetch_report":
                 report = backend.fetch_report(host, report_path)
                 ProvisioningJob.objects.filter(pk=job.pk).update(report=report)
-                if _devices_wrong(report) or (
-                    "error" in report and settings.PROVISIONING_HOLD_ON_CRASH
+                if (
+                    _devices_wrong(report)
+                    or acceptance_failures(report, sandbox=sandbox)
+                    or ("error" in report and settings.PROVISIONING_HOLD_ON_CRASH)
                 ):
                     ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
         elif step == "mark_ready":
-            return _open_access(job, clock(), authorize, token, accounts, keys)
+            return _open_access(
+                job, clock(), authorize, token, accounts, keys, sandbox=is_sandbox(backend)
+            )
         # Recorded only by the run that holds the job, under its open grant, and only once:
         # a run that lost either stops here.
         if (
@@ -222,6 +232,8 @@ def _open_access(
     token: str,
     accounts: list[tuple[str, str]],
     keys: str,
+    *,
+    sandbox: bool,
 ) -> ProvisioningJob:
     """The last step: the keys go in at the window's start (not before, not after its end),
     unless the operator holds the lot."""
@@ -259,7 +271,7 @@ def _open_access(
     if not delivered:
         if mine.exists():  # still this run's: held, so nobody may log in
             authorize("")
-            _hold(job, mine)
+            _hold(job, mine, sandbox=sandbox)
         job.refresh_from_db()
         return job
     job.refresh_from_db()
@@ -278,17 +290,76 @@ def _devices_wrong(report: dict[str, Any]) -> bool:
     return isinstance(devices, dict) and devices.get("ok") is False
 
 
-def _hold(job: ProvisioningJob, mine: models.QuerySet[ProvisioningJob]) -> None:
-    """Stop before delivery: the lot is held (by the operator, or because its benchmark
-    crashed and PROVISIONING_HOLD_ON_CRASH says so) until the operator releases it."""
-    report = job.report if isinstance(job.report, dict) else {}
+EXIT_CODES = {
+    1: "the benchmark crashed",
+    2: "the benchmark refused its arguments",
+    3: "the benchmark did not see the lot's cards",
+    4: "the acceptance checks failed",
+    5: "the benchmark timed out",
+    6: "no GPU was visible",
+}
+"""What the acceptance benchmark's exit codes mean (REPORT_V2.md)."""
+
+
+def acceptance_failures(report: dict[str, Any], *, sandbox: bool) -> list[str]:
+    """Why a version-2 report does not accept the lot (empty: it does), in English for the
+    operator's desk and the order's history. A version-1 report (or the backend's crash
+    record) is judged as before: devices and PROVISIONING_HOLD_ON_CRASH only.
+
+    Held: a non-zero exit code, acceptance not passed (false, or nothing checked), a report
+    that did not complete, an error, or a CPU stand-in on a host that is not the local
+    sandbox (``sandbox``: the local backend, whose CPU stands in for the cards by design).
+    """
+    if not isinstance(report, dict) or report.get("version", 1) < 2:
+        return []
+    reasons: list[str] = []
+    code = report.get("exit_code")
+    if code != 0:
+        meaning = EXIT_CODES.get(code, "no exit code") if isinstance(code, int) else None
+        reasons.append(f"exit code {code}" + (f" ({meaning})" if meaning else ""))
+    if report.get("complete") is not True:
+        reasons.append("the report is incomplete")
+    if "error" in report:
+        reasons.append(f"error: {str(report['error'])[:200]}")
+    if report.get("stand_in") is True and not sandbox:
+        reasons.append("measured on a CPU stand-in, not on the cards")
+    acceptance = report.get("acceptance")
+    acceptance = acceptance if isinstance(acceptance, dict) else {}
+    if acceptance.get("passed") is not True:
+        failed = [str(item) for item in acceptance.get("failed") or [] if item]
+        if failed:
+            reasons.append("failed: " + "; ".join(failed))
+        elif acceptance.get("passed") is False:
+            reasons.append("acceptance failed")
+        else:
+            reasons.append("nothing could be checked")
+    return reasons
+
+
+def hold_reason(report: dict[str, Any], *, sandbox: bool) -> str:
+    """The held job's reason, as the operator reads it on the job and the order's history."""
     if _devices_wrong(report):
         problem = report["devices"].get("problem") or "another device set"
-        reason = f"access held: the benchmark did not see the lot's cards ({problem})"
-    elif "error" in report:
-        reason = "access held: the benchmark crashed"
-    else:
-        reason = "access held by the operator"
+        return f"access held: the benchmark did not see the lot's cards ({problem})"
+    failures = acceptance_failures(report, sandbox=sandbox)
+    if failures:
+        return "access held: acceptance not passed: " + " · ".join(failures)
+    if "error" in report:
+        return "access held: the benchmark crashed"
+    return "access held by the operator"
+
+
+def is_sandbox(backend: Backend) -> bool:
+    """Whether the backend is the local sandbox (this machine's CPU stands in for cards)."""
+    return bool(getattr(backend, "sandbox", False))
+
+
+def _hold(job: ProvisioningJob, mine: models.QuerySet[ProvisioningJob], *, sandbox: bool) -> None:
+    """Stop before delivery: the lot is held (by the operator, because its acceptance
+    failed, or because its benchmark crashed and PROVISIONING_HOLD_ON_CRASH says so) until
+    the operator releases it."""
+    report = job.report if isinstance(job.report, dict) else {}
+    reason = hold_reason(report, sandbox=sandbox)[:2000]
     with transaction.atomic():
         if mine.update(status=ProvisioningJob.Status.HELD, error=reason):
             record_note(job.order, actor=system("provisioning"), reason=f"{job.lot}: {reason}")
@@ -363,19 +434,55 @@ def release_access(job: ProvisioningJob, *, actor: Actor) -> bool:
     return bool(released)
 
 
-def _benchmark_arguments(job: ProvisioningJob) -> list[str]:
+def _benchmark_arguments(job: ProvisioningJob, *, sandbox: bool | None = None) -> list[str]:
+    """The benchmark's command line for this job: the order's hypothesis and model shape,
+    the kind's acceptance references, and --require-gpu on a real host (``sandbox``: the
+    local backend, where this machine's CPU stands in; None: the configured backend)."""
     order = job.order
+    kind = job.lot.host.kind
+    if sandbox is None:
+        sandbox = settings.PROVISIONING_BACKEND == "local"
     arguments = [
         "--hypothesis",
         order.hypothesis,
         "--usage-mode",
         order.usage_mode,
         "--expected-arch",
-        job.lot.host.kind.architecture,
+        kind.architecture,
     ]
-    if order.model_precision in ("fp32", "bf16", "fp16"):
+    if not speaks_v2():  # the version-1 program: what it took (its sizes build on the host)
+        if order.model_precision in ("fp32", "bf16", "fp16"):
+            arguments += ["--precision", order.model_precision]
+        return arguments
+    if order.model_params_billion is not None:
+        arguments += ["--params-billion", str(order.model_params_billion)]
+    if order.model_precision in V2_PRECISIONS:
         arguments += ["--precision", order.model_precision]
+    arguments += [
+        "--seq-len",
+        str(order.model_seq_len),
+        "--micro-batch",
+        str(order.model_micro_batch),
+        "--workload",
+        order.model_workload or "training",
+        "--thresholds",
+        json.dumps(kind.acceptance_thresholds(), sort_keys=True),
+    ]
+    if not sandbox:
+        arguments.append("--require-gpu")
     return arguments
+
+
+V2_PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "int8")
+"""The precisions the version-2 benchmark measures (int4 orders are measured in its
+default)."""
+
+
+@functools.cache
+def speaks_v2() -> bool:
+    """Whether the shipped benchmark takes the version-2 arguments (REPORT_V2.md): while the
+    version-1 program ships, it refuses them, and the lot would get a crash report."""
+    return "--thresholds" in BENCHMARK.read_text()
 
 
 def fail_job(job_id: int, error: str) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from provisioning import report as v2
 from provisioning.models import ProvisioningJob
 from provisioning.templatetags.provisioning import live_context
 from reservations.models import Order
@@ -47,6 +48,9 @@ def bars(values: dict[str, float | None]) -> list[dict[str, Any]]:
 def report(request: HttpRequest, reference: str, secret: str, job_id: int) -> HttpResponse:
     order, job = _job(reference, secret, job_id)
     data: dict[str, Any] = job.report or {}
+    if isinstance(data.get("version"), int) and data["version"] >= 2:
+        shown = {"order": order, "job": job, "report": data, **v2.context(order, data)}
+        return render(request, "provisioning/report_v2.html", shown)
     split = data.get("split_test", {})
     single, pair = split.get("one_card", {}), split.get("two_cards", {})
     reduce = data.get("essentials", {}).get("all_reduce", {})

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -20,6 +22,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.http import require_POST
 
+from provisioning import fleet
 from provisioning.admin import report_summary
 from provisioning.models import ProvisioningJob
 from reservations import inventory, services
@@ -50,6 +53,46 @@ class HardwareKindAdmin(admin.ModelAdmin):
     list_editable = ("is_offered",)
     prepopulated_fields = {"slug": ("name",)}
     inlines = (PriceInline,)
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "slug",
+                    "name",
+                    "vendor",
+                    "generation",
+                    "stack",
+                    "memory_per_card_gb",
+                    "interconnect",
+                    "architecture",
+                    "description",
+                    "display_order",
+                    "is_offered",
+                )
+            },
+        ),
+        (
+            gettext_lazy("Acceptance references (the benchmark holds a lot that misses one)"),
+            {
+                "description": gettext_lazy(
+                    "Datasheet peaks are dense (not sparse) figures per card; shares are "
+                    "between 0 and 1. An empty figure is not checked."
+                ),
+                "fields": (
+                    "accept_sku",
+                    ("accept_memory_gib", "accept_memory_share_min"),
+                    ("accept_bf16_tflops", "accept_fp8_tflops", "accept_matmul_share_min"),
+                    ("accept_hbm_tbps", "accept_hbm_share_min"),
+                    "accept_busbw_gbps_min",
+                    "accept_card_tolerance",
+                    ("accept_min_torch", "accept_min_cuda", "accept_min_rocm"),
+                    "accept_min_driver",
+                    ("accept_ecc_required", "accept_mig_allowed"),
+                ),
+            },
+        ),
+    )
 
 
 @admin.register(Price)
@@ -64,6 +107,13 @@ class EnvironmentAdmin(admin.ModelAdmin):
     list_editable = ("is_offered",)
     filter_horizontal = ("compatible_kinds",)
     prepopulated_fields = {"slug": ("name",)}
+
+
+METRIC_LABELS = {
+    "matmul_share": gettext_lazy("matrix product"),
+    "hbm_share": gettext_lazy("HBM bandwidth"),
+    "busbw_gbps": gettext_lazy("all-reduce bus bandwidth"),
+}
 
 
 def refusal_of(exc: IntegrityError) -> str | None:
@@ -280,12 +330,64 @@ def bookings_left(lot: Lot, holds: list[Hold]) -> SafeString:
 
 @admin.register(Lot)
 class LotAdmin(RefusalsAsMessages):
-    list_display = ("__str__", "host", "gpu_a", "gpu_b", "status")
+    list_display = ("__str__", "host", "gpu_a", "gpu_b", "status", "acceptance_drift")
     list_filter = ("status", "host__kind")
     list_editable = ("status",)
     list_select_related = ("host",)
     actions = ("take_out_of_service",)
     change_form_template = "admin/reservations/lot/change_form.html"
+
+    _fleet = threading.local()
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The list, each lot flagged when its latest acceptance figures drift below the
+        kind's median (provisioning.fleet; computed once for the page)."""
+        self._fleet.health = fleet.health()
+        try:
+            return super().changelist_view(request, extra_context)
+        finally:
+            self._fleet.health = None
+
+    @admin.display(description=gettext_lazy("acceptance"))
+    def acceptance_drift(self, lot: Lot) -> str:
+        health = getattr(self._fleet, "health", None) or fleet.health()
+        found = health.latest.get(lot.pk)
+        if found is None:
+            return "—"
+        below = health.flags(lot.pk)
+        if below:
+            return format_html(
+                '<strong class="errornote" data-testid="drift">{}</strong>',
+                gettext("below %(share)s of the kind's median: %(metrics)s")
+                % {
+                    "share": f"{health.share:.0%}",
+                    "metrics": ", ".join(str(METRIC_LABELS[m]) for m in below),
+                },
+            )
+        if found.failed:
+            return format_html(
+                '<strong class="errornote">{}</strong>',
+                gettext("%(count)s failed checks") % {"count": len(found.failed)},
+            )
+        return gettext("in line with the kind")
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The lot's page, with its acceptance figures per rental against the kind's median."""
+        context = dict(extra_context or {})
+        if object_id.isdigit():
+            history, medians = fleet.lot_history(int(object_id))
+            context["acceptance_history"] = history
+            context["acceptance_medians"] = medians
+            context["acceptance_share"] = settings.ACCEPTANCE_DRIFT_SHARE
+        return super().change_view(request, object_id, form_url, context)
 
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:
         kwargs.setdefault("form", LotRowForm)
@@ -552,6 +654,8 @@ class OrderAdmin(admin.ModelAdmin):
                     "model_params_billion",
                     "model_precision",
                     "model_workload",
+                    "model_seq_len",
+                    "model_micro_batch",
                     "checkpoints",
                     "abort_criteria",
                 )

@@ -55,6 +55,56 @@ KINDS: list[dict[str, Any]] = [
     },
 ]
 
+# The acceptance references per kind, from the vendors' datasheets. Dense figures (without
+# the 2:4 structured sparsity the datasheets quote first: half of those), per card:
+# - B200 (HGX B200, 1,000 W): BF16 2,250 TFLOP/s, FP8 4,500 TFLOP/s, HBM3e 8 TB/s, 180 GB
+#   per card as HGX B200 ships it (192 GB on the full chip), NVLink 5 at 900 GB/s each way.
+#   https://www.nvidia.com/en-us/data-center/hgx/ and the HGX B200 table at
+#   https://glennklockwood.com/garden/processors/B200
+# - H200 SXM: BF16 989 TFLOP/s, FP8 1,979 TFLOP/s (1,979 / 3,958 with sparsity), 141 GB HBM3e,
+#   4.8 TB/s. https://www.nvidia.com/en-us/data-center/h200/
+# - MI300X: BF16 1,307.4 TFLOP/s, FP8 2,614.9 TFLOP/s (dense), 192 GB HBM3, 5.3 TB/s.
+#   https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html
+# The all-reduce minimum is for two cards of the lot at the largest message (busbw as
+# nccl-tests reports it): well under the link's one-way rate, which a good pair reaches to
+# about 80 %. Operators tune all of it in the admin; the shares are the same for each kind.
+ACCEPTANCE: dict[str, dict[str, Any]] = {
+    "b200": {
+        "accept_sku": "B200",
+        "accept_memory_gib": 180,
+        "accept_bf16_tflops": 2250,
+        "accept_fp8_tflops": 4500,
+        "accept_hbm_tbps": 8.0,
+        "accept_busbw_gbps_min": 600,
+        "accept_min_torch": "2.7",
+        "accept_min_cuda": "12.8",
+        "accept_min_driver": "570",
+    },
+    "h200": {
+        "accept_sku": "H200",
+        "accept_memory_gib": 141,
+        "accept_bf16_tflops": 989,
+        "accept_fp8_tflops": 1979,
+        "accept_hbm_tbps": 4.8,
+        "accept_busbw_gbps_min": 300,
+        "accept_min_torch": "2.4",
+        "accept_min_cuda": "12.4",
+        "accept_min_driver": "550",
+    },
+    "mi300x": {
+        "accept_sku": "MI300X",
+        "accept_memory_gib": 192,
+        "accept_bf16_tflops": 1307.4,
+        "accept_fp8_tflops": 2614.9,
+        "accept_hbm_tbps": 5.3,
+        "accept_busbw_gbps_min": 40,
+        "accept_min_torch": "2.4",
+        "accept_min_rocm": "6.2",
+    },
+}
+"""Shared figures: usable memory ≥ 90 % of nameplate, matrix product ≥ 60 % of peak, HBM
+≥ 70 % of the datasheet, the two cards within 10 %, ECC on, MIG off (the fields' defaults)."""
+
 PRICES_USD = {
     "b200": {3: "720.00", 7: "1610.00", 30: "6050.00"},
     "h200": {3: "500.00", 7: "1130.00", 30: "4320.00"},
@@ -108,7 +158,10 @@ def load_catalogue(*, demo_inventory: bool = False) -> bool:
     """Load kinds, prices and environments if there are no kinds yet; True if it loaded."""
     if HardwareKind.objects.exists():
         return False
-    kinds = {spec["slug"]: HardwareKind.objects.create(**spec) for spec in KINDS}
+    kinds = {
+        spec["slug"]: HardwareKind.objects.create(**spec, **ACCEPTANCE.get(spec["slug"], {}))
+        for spec in KINDS
+    }
     Price.objects.bulk_create(
         Price(kind=kinds[slug], window_days=days, amount_usd=Decimal(amount))
         for slug, by_window in PRICES_USD.items()

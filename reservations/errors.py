@@ -43,6 +43,7 @@ MESSAGES = {
     "invalid_choice": _("Choose one of the offered options."),
     "invalid_email": _("Enter a valid e-mail address."),
     "invalid_params": _("Give the parameter count in billions, above 0 and at most 100000."),
+    "invalid_shape": _("Give a whole number from 1 to %(top)s."),
     "invalid_precision": _("Choose one of the offered precisions."),
     "invalid_workload": _("Choose training or inference."),
     "quantised_training": _(

@@ -18,6 +18,10 @@ from config.forms import AccessibleForm
 from reservations import availability
 from reservations.errors import MESSAGES, refusal
 from reservations.models import (
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
+    MODEL_MICRO_BATCH,
+    MODEL_SEQ_LEN,
     Environment,
     HardwareKind,
     Hypothesis,
@@ -129,6 +133,29 @@ class PlanForm(AccessibleForm):
         required=False,
         choices=_blank("—") + list(Workload.choices),
     )
+    model_seq_len = forms.IntegerField(
+        label=_("Sequence length (tokens)"),
+        required=False,
+        min_value=1,
+        max_value=MAX_SEQ_LEN,
+        localize=False,
+        help_text=_(
+            "Tokens per sample (empty: 2048). The acceptance benchmark shapes its model with "
+            "it, with the parameter count and precision."
+        ),
+        widget=forms.NumberInput(attrs={"placeholder": str(MODEL_SEQ_LEN), "inputmode": "numeric"}),
+    )
+    model_micro_batch = forms.IntegerField(
+        label=_("Micro-batch per card"),
+        required=False,
+        min_value=1,
+        max_value=MAX_MICRO_BATCH,
+        localize=False,
+        help_text=_("Samples per card and step (empty: 1)."),
+        widget=forms.NumberInput(
+            attrs={"placeholder": str(MODEL_MICRO_BATCH), "inputmode": "numeric"}
+        ),
+    )
 
     def __init__(self, *args: Any, check_capacity: bool = True, **kwargs: Any) -> None:
         """``check_capacity``: also refuse when too few lots are free (the plan step does;
@@ -173,6 +200,8 @@ class PlanForm(AccessibleForm):
             "model_params_billion": data.get("model_params_billion"),
             "model_precision": data.get("model_precision") or "",
             "model_workload": data.get("model_workload") or "",
+            "model_seq_len": data.get("model_seq_len"),
+            "model_micro_batch": data.get("model_micro_batch"),
             "contact_name": "",
             "contact_email": "",
             "ssh_public_keys": "",

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import DateTimeRangeField, IntegerRangeField, RangeOperators
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F, Func, Q, QuerySet
 from django.utils import timezone
@@ -37,6 +37,14 @@ class Stack(models.TextChoices):
     ROCM = "rocm", "ROCm"
 
 
+def _share(value: float) -> None:
+    if not 0 <= value <= 1:
+        raise ValidationError(_("A share between 0 and 1."))
+
+
+SHARE = _share
+
+
 class HardwareKind(models.Model):
     """A kind of two-card lot, e.g. 2× NVIDIA H200 141 GB."""
 
@@ -56,6 +64,63 @@ class HardwareKind(models.Model):
     display_order = models.PositiveSmallIntegerField(default=0)
     is_offered = models.BooleanField(default=True)
 
+    # The acceptance benchmark's references for this kind (passed as --thresholds; empty:
+    # not checked). Datasheet figures are dense (not sparse) peaks per card.
+    accept_sku = models.CharField(
+        _("expected device name"),
+        max_length=40,
+        blank=True,
+        help_text=_("A part of the name NVML or the driver reports, e.g. H200"),
+    )
+    accept_memory_gib = models.FloatField(
+        _("nameplate memory (GiB)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text=_("Per card, GiB (2³⁰ bytes)"),
+    )
+    accept_memory_share_min = models.FloatField(
+        _("usable memory, least share of nameplate"), default=0.9, validators=[SHARE]
+    )
+    accept_bf16_tflops = models.FloatField(
+        _("BF16 dense peak (TFLOP/s)"), null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+    accept_fp8_tflops = models.FloatField(
+        _("FP8 dense peak (TFLOP/s)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text=_("Empty: FP8 not supported or not checked"),
+    )
+    accept_hbm_tbps = models.FloatField(
+        _("HBM bandwidth (TB/s)"), null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+    accept_matmul_share_min = models.FloatField(
+        _("matrix product, least share of peak"), default=0.6, validators=[SHARE]
+    )
+    accept_hbm_share_min = models.FloatField(
+        _("HBM bandwidth, least share of the datasheet"), default=0.7, validators=[SHARE]
+    )
+    accept_busbw_gbps_min = models.FloatField(
+        _("all-reduce bus bandwidth, least (GB/s)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text=_("At the largest message size, as nccl-tests reports busbw (10⁹ bytes/s)"),
+    )
+    accept_card_tolerance = models.FloatField(
+        _("tolerance between the two cards"),
+        default=0.1,
+        validators=[SHARE],
+        help_text=_("0.1: the two cards' matrix product and HBM figures within 10 %"),
+    )
+    accept_min_torch = models.CharField(_("least PyTorch"), max_length=16, blank=True)
+    accept_min_cuda = models.CharField(_("least CUDA"), max_length=16, blank=True)
+    accept_min_rocm = models.CharField(_("least ROCm"), max_length=16, blank=True)
+    accept_min_driver = models.CharField(_("least driver"), max_length=16, blank=True)
+    accept_ecc_required = models.BooleanField(_("ECC required"), default=True)
+    accept_mig_allowed = models.BooleanField(_("MIG allowed"), default=False)
+
     class Meta:
         ordering = ("display_order", "name")
         constraints = [
@@ -69,6 +134,30 @@ class HardwareKind(models.Model):
     @property
     def memory_per_lot_gb(self) -> int:
         return self.memory_per_card_gb * self.cards_per_lot
+
+    def acceptance_thresholds(self) -> dict[str, Any]:
+        """The references the acceptance benchmark checks this kind's cards against (its
+        --thresholds, provisioning/validation/benchmark.py); what is empty is left out."""
+        figures: dict[str, Any] = {
+            "sku": self.accept_sku,
+            "memory_gib": self.accept_memory_gib,
+            "memory_share_min": self.accept_memory_share_min,
+            "bf16_tflops": self.accept_bf16_tflops,
+            "fp8_tflops": self.accept_fp8_tflops,
+            "hbm_tbps": self.accept_hbm_tbps,
+            "matmul_share_min": self.accept_matmul_share_min,
+            "hbm_share_min": self.accept_hbm_share_min,
+            "busbw_gbps_min": self.accept_busbw_gbps_min,
+            "card_tolerance": self.accept_card_tolerance,
+            "min_torch": self.accept_min_torch,
+            "min_cuda": self.accept_min_cuda if self.stack != Stack.ROCM else "",
+            "min_rocm": self.accept_min_rocm if self.stack == Stack.ROCM else "",
+            "min_driver": self.accept_min_driver,
+            "arch": self.architecture,
+            "ecc_required": self.accept_ecc_required,
+            "mig_allowed": self.accept_mig_allowed,
+        }
+        return {key: value for key, value in figures.items() if value not in (None, "")}
 
 
 class Price(models.Model):
@@ -321,6 +410,12 @@ class Workload(models.TextChoices):
     INFERENCE = "inference", _("inference")
 
 
+MODEL_SEQ_LEN = 2048
+MODEL_MICRO_BATCH = 1
+MAX_SEQ_LEN = 1_048_576
+MAX_MICRO_BATCH = 4096
+
+
 class Order(models.Model):
     """A researcher's booking of N lots of one kind for one window.
 
@@ -388,6 +483,16 @@ class Order(models.Model):
     )
     model_precision = models.CharField(max_length=8, choices=Precision.choices, blank=True)
     model_workload = models.CharField(max_length=10, choices=Workload.choices, blank=True)
+    model_seq_len = models.PositiveIntegerField(
+        default=MODEL_SEQ_LEN,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_SEQ_LEN)],
+        help_text=_("Tokens per sample the acceptance benchmark's model is shaped with"),
+    )
+    model_micro_batch = models.PositiveIntegerField(
+        default=MODEL_MICRO_BATCH,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_MICRO_BATCH)],
+        help_text=_("Samples per card and step"),
+    )
     checkpoints = models.TextField(max_length=4000, blank=True)
     abort_criteria = models.TextField(max_length=4000, blank=True)
 

@@ -28,7 +28,15 @@ from reservations.errors import (
     LotUnavailable,
     refusal,
 )
-from reservations.models import HardwareKind, Hold, Order, OrderEvent, OrderSshKey
+from reservations.models import (
+    MODEL_MICRO_BATCH,
+    MODEL_SEQ_LEN,
+    HardwareKind,
+    Hold,
+    Order,
+    OrderEvent,
+    OrderSshKey,
+)
 from reservations.validation import OrderRequest, ValidRequest, catalogue_refusals, validate
 
 log = logging.getLogger(__name__)
@@ -217,6 +225,8 @@ def _new_rows(
         model_params_billion=valid.model_params_billion,
         model_precision=request.model_precision,
         model_workload=request.model_workload,
+        model_seq_len=request.model_seq_len or MODEL_SEQ_LEN,
+        model_micro_batch=request.model_micro_batch or MODEL_MICRO_BATCH,
         checkpoints=request.checkpoints.strip(),
         abort_criteria=request.abort_criteria.strip(),
         hold_expires_at=now + fairness.hold_duration(confirmed),

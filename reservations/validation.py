@@ -23,7 +23,15 @@ from django.utils import timezone
 
 from config.identity import NotAnAddress, canonical_email
 from reservations.errors import BookingRefused, refusal
-from reservations.models import Hypothesis, Precision, UsageMode, Window, Workload
+from reservations.models import (
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
+    Hypothesis,
+    Precision,
+    UsageMode,
+    Window,
+    Workload,
+)
 from reservations.ssh_keys import PublicKey, SshKeyError, parse_public_keys
 
 TEXT_LIMITS = {
@@ -90,6 +98,8 @@ class OrderRequest:
     model_params_billion: Decimal | str | None = None
     model_precision: str = ""
     model_workload: str = ""
+    model_seq_len: int | None = None
+    model_micro_batch: int | None = None
     checkpoints: str = ""
     abort_criteria: str = ""
     language: str = "en"
@@ -226,4 +236,8 @@ def _model_params(request: OrderRequest, refuse: Any) -> Decimal | None:
         refuse("model_precision", "invalid_choice")
     if request.model_workload and request.model_workload not in Workload.values:
         refuse("model_workload", "invalid_choice")
+    for name, top in (("model_seq_len", MAX_SEQ_LEN), ("model_micro_batch", MAX_MICRO_BATCH)):
+        value = getattr(request, name)
+        if value is not None and not (_is_int(value) and 1 <= value <= top):
+            refuse(name, "invalid_shape", top=top)
     return params

@@ -9,6 +9,7 @@ from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from provisioning.models import ProvisioningJob
 from reservations.models import Order
@@ -38,3 +39,23 @@ def live_context(order: Order, now: datetime | None = None) -> dict[str, Any]:
 @register.inclusion_tag("provisioning/_live.html")
 def order_live(order: Order) -> dict[str, Any]:
     return live_context(order)
+
+
+@register.filter
+def verdict_of(report: Any) -> str:
+    """The report's verdict in the page's language: a version-2 report's by its code (or
+    its answer), a version-1 report's sentence as written."""
+    from provisioning.report import ANSWERS, VERDICTS
+
+    if not isinstance(report, dict) or not isinstance(report.get("verdict"), dict):
+        return ""
+    verdict = report["verdict"]
+    if not isinstance(report.get("version"), int) or report["version"] < 2:
+        return str(verdict.get("answer") or "")
+    text = VERDICTS.get(str(verdict.get("code") or ""))
+    answer = ANSWERS.get(str(verdict.get("answer") or ""), ANSWERS["not_answered"])
+    return (
+        (_("%(answer)s: %(verdict)s") % {"answer": answer, "verdict": text})
+        if text
+        else str(answer)
+    )

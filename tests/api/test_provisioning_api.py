@@ -278,7 +278,12 @@ def test_the_example_follows_provisioning_and_saves_the_report(
     saved = example.save_reports(api, token, order.reference, tmp_path)
     assert saved == tmp_path / f"{order.reference}-report.json"
     assert json.loads(saved.read_text()) == [
-        {"lot": lot, "host": job.lot.host.name, "report": job.report}
+        {
+            "lot": lot,
+            "host": job.lot.host.name,
+            "version": (job.report or {}).get("version", 1),
+            "report": job.report,
+        }
     ]
     report: Any = job.report
     assert f"{lot}: {report['verdict']['answer']}" in capsys.readouterr().out

@@ -1,0 +1,369 @@
+"""The version-2 validation report (REPORT_V2.md) as the researcher reads it: every figure
+with its unit, shares as percentages, "not measured" with its reason, the acceptance checks
+as a pass/fail table against the kind's references, and the charts' axes named. All of it in
+the page's language: the benchmark writes codes and English, the page translates the codes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.formats import number_format
+from django.utils.functional import Promise
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from reservations.models import Hypothesis, Order
+
+NOT_MEASURED = "not measured: "
+
+VERDICTS: dict[str, Promise] = {
+    "fits_one_card": gettext_lazy(
+        "The model fits one card: a second card is not needed to make the run possible."
+    ),
+    "needs_two_cards": gettext_lazy(
+        "The model does not fit one card and runs sharded across both: the second card makes "
+        "the run possible."
+    ),
+    "does_not_fit": gettext_lazy("The model fits neither one card nor both."),
+    "faster_on_two": gettext_lazy("A step is shorter on two cards than on one."),
+    "not_faster_on_two": gettext_lazy("A step is not shorter on two cards than on one."),
+    "bigger_batch_faster": gettext_lazy(
+        "Twice the global batch on two cards (the same batch per card) processes more samples "
+        "per second than one card."
+    ),
+    "bigger_batch_not_faster": gettext_lazy(
+        "Twice the global batch on two cards (the same batch per card) does not process more "
+        "samples per second than one card."
+    ),
+    "one_device": gettext_lazy("Not answered: only one card was visible to the benchmark."),
+    "no_gpu": gettext_lazy("Not answered: no card was visible to the benchmark."),
+    "independent": gettext_lazy(
+        "Two independent experiments, one card each: each card was measured on its own."
+    ),
+    "error": gettext_lazy("Not answered: the measurement failed."),
+    "timeout": gettext_lazy("Not answered: the measurement ran out of time."),
+}
+"""The verdict's text by ``verdict.code``; an unknown code falls back to the answer."""
+
+ANSWERS: dict[str, Promise] = {
+    "yes": gettext_lazy("Yes"),
+    "no": gettext_lazy("No"),
+    "not_answered": gettext_lazy("Not answered"),
+}
+
+CHECKS: dict[str, Promise] = {
+    "device_count": gettext_lazy("Number of cards"),
+    "sku": gettext_lazy("Card model"),
+    "memory": gettext_lazy("Memory per card"),
+    "mig": gettext_lazy("MIG off"),
+    "ecc": gettext_lazy("ECC on"),
+    "persistence": gettext_lazy("Persistence mode"),
+    "stack_torch": gettext_lazy("PyTorch version"),
+    "stack_cuda": gettext_lazy("CUDA version"),
+    "stack_rocm": gettext_lazy("ROCm version"),
+    "stack_driver": gettext_lazy("Driver version"),
+    "stack_arch": gettext_lazy("Architecture in the build"),
+    "matmul_bf16": gettext_lazy("Matrix product, BF16"),
+    "matmul_fp8": gettext_lazy("Matrix product, FP8"),
+    "hbm": gettext_lazy("HBM bandwidth"),
+    "memory_pattern": gettext_lazy("Memory pattern test"),
+    "sustained": gettext_lazy("Sustained load"),
+    "cards_match": gettext_lazy("The two cards alike"),
+    "p2p": gettext_lazy("Card-to-card bandwidth"),
+    "all_reduce": gettext_lazy("All-reduce bus bandwidth"),
+    "all_gather": gettext_lazy("All-gather bus bandwidth"),
+    "reduce_scatter": gettext_lazy("Reduce-scatter bus bandwidth"),
+    "collective_correct": gettext_lazy("Collectives correct"),
+    "ecc_errors": gettext_lazy("ECC errors during the run"),
+    "xid_errors": gettext_lazy("XID errors during the run"),
+}
+
+MODES: dict[str, Promise] = {
+    "data_parallel": gettext_lazy("data parallel (a copy on each card)"),
+    "sharded": gettext_lazy("sharded across the two cards (FSDP)"),
+    "fsdp": gettext_lazy("sharded across the two cards (FSDP)"),
+    "single": gettext_lazy("one card"),
+    "independent": gettext_lazy("two independent runs, one card each"),
+}
+
+HELD_CONSTANT: dict[str, Promise] = {
+    "precision": gettext_lazy("the precision"),
+    "model": gettext_lazy("the model"),
+    "per_card_batch": gettext_lazy("the batch per card"),
+    "micro_batch": gettext_lazy("the batch per card"),
+    "global_batch": gettext_lazy("the global batch"),
+    "seq_len": gettext_lazy("the sequence length"),
+    "the same precision": gettext_lazy("the precision"),
+    "the same model": gettext_lazy("the model"),
+    "the same global batch": gettext_lazy("the global batch"),
+    "the same per-card batch": gettext_lazy("the batch per card"),
+    "the same sequence length": gettext_lazy("the sequence length"),
+}
+
+SECTION_STATUS: dict[str, Promise] = {
+    "ok": gettext_lazy("done"),
+    "failed": gettext_lazy("failed"),
+    "timeout": gettext_lazy("ran out of time"),
+    "skipped": gettext_lazy("skipped"),
+}
+
+REASONS: dict[str, Promise] = {
+    "no gpu": gettext_lazy("no card visible"),
+    "cpu stand-in": gettext_lazy("on the CPU stand-in"),
+    "one device": gettext_lazy("only one card visible"),
+    "not supported": gettext_lazy("not supported by this card"),
+    "no nvidia-smi": gettext_lazy("nvidia-smi not found"),
+    "no amd-smi": gettext_lazy("amd-smi not found"),
+    "timeout": gettext_lazy("ran out of time"),
+}
+"""Known reasons after "not measured: " (as the benchmark writes them, lowercased)."""
+
+SHARE_UNITS = ("share", "fraction", "ratio")
+
+
+def part(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """``data[key]`` when it is an object, else an empty one (a report is never trusted)."""
+    found = data.get(key)
+    return found if isinstance(found, dict) else {}
+
+
+def not_measured(value: str) -> str:
+    """ "not measured: <why>" in the page's language (the reason translated when known)."""
+    why = value[len(NOT_MEASURED) :].strip()
+    known = REASONS.get(why.lower().rstrip("."))
+    return _("not measured: %(why)s") % {"why": known or why}
+
+
+def figure(value: Any, unit: str = "", digits: int = 1) -> str:
+    """One figure for the page: a number with its unit, a share as a percentage, a boolean as
+    Yes/No, "not measured: why" translated, nothing as a dash."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return str(_("Yes") if value else _("No"))
+    if isinstance(value, str):
+        return not_measured(value) if value.startswith(NOT_MEASURED) else value
+    if isinstance(value, int | float):
+        if unit in SHARE_UNITS:
+            return percent(value)
+        grouped = isinstance(value, int) and abs(value) >= 10_000
+        text = number_format(round(value, digits), use_l10n=True, force_grouping=grouped)
+        return f"{text} {unit}".strip()
+    return str(value)
+
+
+def percent(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return figure(value)
+    return f"{number_format(round(100 * value, 1), use_l10n=True)} %"
+
+
+def _check_row(check: dict[str, Any]) -> dict[str, Any]:
+    ident = str(check.get("id") or "")
+    unit = str(check.get("unit") or "")
+    value, reference, threshold = check.get("value"), check.get("reference"), check.get("threshold")
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    has_reference = isinstance(reference, int | float) and not isinstance(reference, bool)
+    value_text = figure(value, unit)
+    reference_text = figure(reference, unit)
+    if ident == "memory":
+        value_text = _("%(figure)s usable") % {"figure": value_text}
+        if has_reference:
+            reference_text = _("%(figure)s nameplate") % {"figure": reference_text}
+    elif numeric and has_reference and reference and unit and unit not in SHARE_UNITS:
+        value_text = _("%(figure)s (%(share)s of the reference)") % {
+            "figure": value_text,
+            "share": percent(value / reference),
+        }
+    if isinstance(threshold, int | float) and not isinstance(threshold, bool):
+        if has_reference and 0 < threshold <= 1 and unit not in SHARE_UNITS:
+            threshold_text = _("at least %(share)s of the reference") % {
+                "share": percent(threshold)
+            }
+        elif ident == "cards_match":
+            threshold_text = _("within %(share)s") % {"share": percent(threshold)}
+        else:
+            threshold_text = _("at least %(figure)s") % {"figure": figure(threshold, unit)}
+    else:
+        threshold_text = figure(threshold, unit)
+    passed = check.get("passed")
+    return {
+        "id": ident,
+        "label": CHECKS.get(ident, ident.replace("_", " ")),
+        "card": check.get("card"),
+        "value": value_text,
+        "reference": reference_text,
+        "threshold": threshold_text,
+        "passed": passed,
+        "result": _("passed")
+        if passed is True
+        else _("failed")
+        if passed is False
+        else _("not checked"),
+        "note": check.get("note") or "",
+    }
+
+
+def bars(values: list[tuple[str, Any]], unit: str = "") -> list[dict[str, Any]]:
+    """Label, value (with its unit) and width (percent of the largest) for a bar chart."""
+    measured = [
+        (label, value)
+        for label, value in values
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    ]
+    top = max((value for _label, value in measured), default=0) or 1
+    return [
+        {"label": label, "value": figure(value, unit, 2), "width": round(100 * value / top, 1)}
+        for label, value in measured
+    ]
+
+
+def size(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count // scale} {unit}"
+    return f"{count} B"
+
+
+def _runs(split: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for key, label in (("one_card", _("One card")), ("two_cards", _("Two cards"))):
+        run = split.get(key)
+        run = run if isinstance(run, dict) else {}
+        mode = run.get("mode")
+        rows.append(
+            {
+                "label": label,
+                "step": figure(run.get("median_step_ms"), "ms"),
+                "samples": figure(run.get("samples_per_s"), _("samples/s")),
+                "exchange": percent(run.get("exchange_share"))
+                if key == "two_cards"
+                else _("no exchange on one card"),
+                "exposed": figure(run.get("exposed_exchange_seconds"), "s", 4)
+                if key == "two_cards"
+                else "—",
+                "mode": MODES.get(str(mode), figure(mode)) if mode else figure(run.get("error")),
+                "fits": figure(run.get("fits")),
+            }
+        )
+    return rows
+
+
+def context(order: Order, data: dict[str, Any]) -> dict[str, Any]:
+    """What templates/provisioning/report_v2.html shows of a version-2 report."""
+    verdict = part(data, "verdict")
+    acceptance = part(data, "acceptance")
+    model = part(data, "model")
+    split = part(data, "split")
+    collectives = part(data, "collectives")
+    code = str(verdict.get("code") or "")
+    answer = str(verdict.get("answer") or "not_answered")
+    checks = [c for c in acceptance.get("checks") or [] if isinstance(c, dict)]
+    held = [
+        HELD_CONSTANT.get(str(item).lower(), item) for item in verdict.get("held_constant") or []
+    ]
+    two = part(split, "two_cards")
+    one = part(split, "one_card")
+    peaks = two.get("peak_memory_gib", two.get("peak_memory_gb"))
+    memory_unit = "GiB" if "peak_memory_gib" in two else "GB"
+    charts = {
+        "step": bars(
+            [
+                (_("one card"), one.get("median_step_ms")),
+                (_("two cards"), two.get("median_step_ms")),
+            ],
+            "ms",
+        ),
+        "memory": bars(
+            [
+                (_("card %(n)s") % {"n": i + 1}, value)
+                for i, value in enumerate(peaks if isinstance(peaks, list) else [])
+            ],
+            memory_unit,
+        ),
+        "matmul": bars(
+            [
+                (_("card %(n)s") % {"n": (c.get("card") or 0) + 1}, c.get("value"))
+                for c in checks
+                if c.get("id") == "matmul_bf16"
+            ],
+            "TFLOP/s",
+        ),
+        "collectives": [
+            {
+                "title": _("%(collective)s: bus bandwidth (GB/s) by message size")
+                % {"collective": _collective(name)},
+                "bars": bars(
+                    [
+                        (size(int(row["bytes"])), row.get("busbw_gbps"))
+                        for row in collectives.get(name) or []
+                        if isinstance(row, dict) and isinstance(row.get("bytes"), int)
+                    ],
+                    "GB/s",
+                ),
+            }
+            for name in ("all_reduce", "all_gather", "reduce_scatter")
+            if collectives.get(name)
+        ],
+    }
+    passed = acceptance.get("passed")
+    params = model.get("params")
+    return {
+        "hypothesis": Hypothesis(order.hypothesis).label
+        if order.hypothesis in Hypothesis.values
+        else order.hypothesis,
+        "usage_mode": order.get_usage_mode_display(),
+        "answer": ANSWERS.get(answer, ANSWERS["not_answered"]),
+        "answer_code": answer,
+        "verdict_text": VERDICTS.get(code, ""),
+        "held_constant": held,
+        "stand_in": data.get("stand_in") is True or verdict.get("stand_in") is True,
+        "scaled_down": model.get("scaled_down") is True or verdict.get("scaled_down") is True,
+        "model_params": number_format(params, use_l10n=True, force_grouping=True)
+        if isinstance(params, int)
+        else figure(params),
+        "model_rows": [
+            (_("Parameters"), figure(params)),
+            (_("Layers"), figure(model.get("layers"))),
+            (_("Hidden size"), figure(model.get("hidden"))),
+            (_("Attention heads"), figure(model.get("heads"))),
+            (_("Sequence length"), figure(model.get("seq_len"), _("tokens"))),
+            (_("Micro-batch per card"), figure(model.get("micro_batch"))),
+            (_("Precision booked"), figure(str(model.get("precision") or "").upper() or None)),
+            (
+                _("Precision measured"),
+                figure(str(model.get("measured_precision") or "").upper() or None),
+            ),
+        ],
+        "accepted": passed,
+        "accepted_text": _("passed")
+        if passed is True
+        else _("failed")
+        if passed is False
+        else _("nothing could be checked"),
+        "checks": [_check_row(c) for c in checks],
+        "runs": _runs(split),
+        "charts": charts,
+        "complete": figure(data.get("complete")),
+        "sections": [
+            {
+                "name": name,
+                "status": SECTION_STATUS.get(str(section.get("status")), section.get("status")),
+                "seconds": figure(section.get("seconds"), "s"),
+            }
+            for name, section in (data.get("sections") or {}).items()
+            if isinstance(section, dict)
+        ],
+        "telemetry_source": figure((data.get("telemetry") or {}).get("source")),
+        "transport": figure(collectives.get("transport")),
+        "stack": data.get("stack") if isinstance(data.get("stack"), dict) else {},
+    }
+
+
+def _collective(name: str) -> str:
+    return {
+        "all_reduce": _("All-reduce"),
+        "all_gather": _("All-gather"),
+        "reduce_scatter": _("Reduce-scatter"),
+    }[name]
