@@ -18,23 +18,27 @@ from reservations.models import Hypothesis, Order
 NOT_MEASURED = "not measured: "
 
 VERDICTS: dict[str, Promise] = {
-    "fits_one_card": gettext_lazy(
+    "already_fits_one_card": gettext_lazy(
         "The model fits one card: a second card is not needed to make the run possible."
     ),
-    "needs_two_cards": gettext_lazy(
+    "fits_two_cards_only": gettext_lazy(
         "The model does not fit one card and runs sharded across both: the second card makes "
         "the run possible."
     ),
-    "does_not_fit": gettext_lazy("The model fits neither one card nor both."),
-    "faster_on_two": gettext_lazy("A step is shorter on two cards than on one."),
-    "not_faster_on_two": gettext_lazy("A step is not shorter on two cards than on one."),
-    "bigger_batch_faster": gettext_lazy(
+    "fits_neither": gettext_lazy("The model fits neither one card nor both."),
+    "shorter": gettext_lazy("A step is shorter on two cards than on one."),
+    "not_shorter": gettext_lazy("A step is not shorter on two cards than on one."),
+    "bigger_batch": gettext_lazy(
         "Twice the global batch on two cards (the same batch per card) processes more samples "
         "per second than one card."
     ),
-    "bigger_batch_not_faster": gettext_lazy(
+    "bigger_batch_slower": gettext_lazy(
         "Twice the global batch on two cards (the same batch per card) does not process more "
         "samples per second than one card."
+    ),
+    "two_cards_not_run": gettext_lazy("Not answered: the two-card run did not complete."),
+    "one_card_does_not_fit": gettext_lazy(
+        "Not answered: the model does not fit one card, so there is no one-card step to compare."
     ),
     "one_device": gettext_lazy("Not answered: only one card was visible to the benchmark."),
     "no_gpu": gettext_lazy("Not answered: no card was visible to the benchmark."),
@@ -44,7 +48,8 @@ VERDICTS: dict[str, Promise] = {
     "error": gettext_lazy("Not answered: the measurement failed."),
     "timeout": gettext_lazy("Not answered: the measurement ran out of time."),
 }
-"""The verdict's text by ``verdict.code``; an unknown code falls back to the answer."""
+"""The verdict's text by ``verdict.code`` (the codes provisioning/validation/benchmark.py's
+``verdict`` gives); an unknown code falls back to the answer."""
 
 ANSWERS: dict[str, Promise] = {
     "yes": gettext_lazy("Yes"),

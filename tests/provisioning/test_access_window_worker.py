@@ -100,7 +100,7 @@ def test_keys_appear_at_the_windows_start_not_at_approval(
     assert keys.exists()
     assert keys.read_text() == ""
     assert job.report is not None
-    assert "split_test" in job.report
+    assert "split" in job.report
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_APPROVED
 
     appeared = first_time_with_keys(keys, timeout=LEAD_TO_START.total_seconds() + 60)

@@ -187,7 +187,8 @@ def test_a_real_worker_provisions_an_order_approved_after_its_start(
     ), celery_worker.log()
     job = ProvisioningJob.objects.get(order=order)
     report: Any = job.report
-    assert report["split_test"]["two_cards"]["mode"] == "data_parallel"
+    assert report["version"] == 2
+    assert report["split"]["two_cards"]["mode"] == "data_parallel"
     later = Order.objects.get(pk=order.pk).ends_at + timedelta(minutes=1)
     assert services.revoke_due(now=later) == 1
     root = Path(settings.PROVISIONING_LOCAL_ROOT) / job.lot.host.name

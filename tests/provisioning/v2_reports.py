@@ -170,7 +170,7 @@ PASSING: dict[str, Any] = {
     "verdict": {
         "hypothesis": "shorter_step",
         "answer": "yes",
-        "code": "faster_on_two",
+        "code": "shorter",
         "measured": "median step time",
         "held_constant": ["precision", "global_batch"],
         "scaled_down": False,

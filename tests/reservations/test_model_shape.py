@@ -11,7 +11,7 @@ from django.test import Client
 from accounts.models import User
 from reservations.catalogue import load_catalogue
 from reservations.models import HardwareKind, Order
-from tests.api.test_api import ada, get, order_body, post  # noqa: F401
+from tests.api.test_api import get, order_body, post
 from tests.conftest import Inventory, build_inventory
 from tests.reservations.test_booking_pages import book_until_review, field_errors, plan
 
