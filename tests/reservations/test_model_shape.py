@@ -64,7 +64,7 @@ def test_a_shape_out_of_range_is_refused_in_the_form(client: Client, inventory: 
     assert not Order.objects.exists()
 
 
-def test_the_api_takes_and_returns_the_shape(client: Client, ada: tuple[User, str]) -> None:  # noqa: F811
+def test_the_api_takes_and_returns_the_shape(client: Client, ada: tuple[User, str]) -> None:
     build_inventory()
     body = order_body(model_seq_len=4096, model_micro_batch=2)
     response = post(client, "/api/v1/orders/", body, ada[1])
