@@ -8,6 +8,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
@@ -203,14 +204,14 @@ def test_a_chain_with_a_deep_reorganisation_or_no_recent_scan_needs_a_look(db: N
 # --------------------------------------------------------------------------- the timeline
 
 
-def bars_of(timeline: object, lot_pk: int) -> list[tuple[str, float, float, str]]:
+def bars_of(timeline: object, lot_pk: int) -> list[tuple[str, float, float, str, float]]:
     from reservations.timeline import Timeline
 
     assert isinstance(timeline, Timeline)
     for group in timeline.groups:
         for row in group.rows:
             if row.lot.pk == lot_pk:
-                return [(b.kind, b.x, b.width, b.url) for b in row.bars]
+                return [(b.kind, b.x, b.width, b.url, b.turnaround) for b in row.bars]
     raise AssertionError(f"lot {lot_pk} not on the timeline")
 
 
@@ -234,11 +235,11 @@ def test_the_timeline_draws_each_booking_where_its_window_is(
     held_lot = held.holds.get().lot
     bars = bars_of(drawn, held_lot.pk)
     window = [b for b in bars if b[0] == "held"]
-    # A week back is x = 0: the window starts 9 days later and lasts 3 days.
-    assert window == [("held", 9 * day, 3 * day, f"/admin/reservations/order/{held.pk}/change/")]
-    turnaround = [b for b in bars if b[0] == "turnaround" and b[3] == window[0][3]]
-    assert len(turnaround) == 1
-    assert turnaround[0][1] == 12 * day  # right after the window
+    # A week back is x = 0: the window starts 9 days later and lasts 3 days; its turnaround
+    # is the bar's grey right edge, right after it.
+    turnaround = settings.RESERVATION_TURNAROUND.total_seconds() / 86400 * day
+    url = f"/admin/reservations/order/{held.pk}/change/"
+    assert window == [("held", 9 * day, 3 * day, url, pytest.approx(turnaround, abs=0.1))]
     booked_lot = booked.holds.get().lot
     assert [b[:3] for b in bars_of(drawn, booked_lot.pk) if b[0] == "booked"] == [
         ("booked", 17 * day, 3 * day)
@@ -254,7 +255,7 @@ def test_the_timeline_draws_each_booking_where_its_window_is(
     # A released hold leaves the timeline.
     cancel_order(held, actor=system("test"), reason="withdrawn")
     left = bars_of(timeline.build(now=now, days=30), held_lot.pk)
-    assert [b for b in left if b[3] == window[0][3]] == []
+    assert [b for b in left if b[3] == url] == []
 
 
 def test_the_timeline_page_filters_by_kind_and_links_each_bar_to_its_order(
@@ -265,7 +266,7 @@ def test_the_timeline_page_filters_by_kind_and_links_each_bar_to_its_order(
     assert response.status_code == 200
     html = response.content.decode()
     assert f'href="/admin/reservations/order/{order.pk}/change/"' in html
-    assert f"{order.reference} · {order.contact_email}" in html  # the hover and focus label
+    assert f"{order.reference} · held until" in html  # the hover and focus label
     assert '<label for="tl-kind">' in html
     kind = order.kind.slug
     other = "mi300x" if kind != "mi300x" else "h200"
