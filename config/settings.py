@@ -406,6 +406,10 @@ all-reduce bus bandwidth) fall below this share of its kind's median over all lo
 flagged in the lot list (provisioning.fleet)."""
 if not 0 < ACCEPTANCE_DRIFT_SHARE <= 1:
     raise ImproperlyConfigured("ACCEPTANCE_DRIFT_SHARE must be above 0 and at most 1")
+PROVISIONING_CPU_STAND_IN_HOSTS = env_list("PROVISIONING_CPU_STAND_IN_HOSTS")
+"""Hosts without GPUs on purpose (test machines), by name: their benchmark runs on a CPU
+stand-in (no --require-gpu) and a stand-in report delivers, saying so on the page — as the
+local sandbox always does. Empty in production: a host that shows no GPU is held."""
 PROVISIONING_BACKEND = env_str("PROVISIONING_BACKEND", "local")
 """Where the host-side steps run: "local" (the sandbox above, for `make run` and the demo)
 or "ssh" (the inventory's hosts, each reached at its address with its pinned host key)."""

@@ -190,7 +190,7 @@ def _run_steps(
         elif step in ("run_validation", "fetch_report"):
             # On the lot's cards only: the backend exports their indices to the benchmark,
             # which checks that it sees exactly those (a mismatch holds the lot).
-            sandbox = is_sandbox(backend)
+            sandbox = is_sandbox(backend, host)
             report_path = report_path or backend.run_validation(
                 host,
                 f"job-{job.pk}",
@@ -208,7 +208,7 @@ def _run_steps(
                     ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
         elif step == "mark_ready":
             return _open_access(
-                job, clock(), authorize, token, accounts, keys, sandbox=is_sandbox(backend)
+                job, clock(), authorize, token, accounts, keys, sandbox=is_sandbox(backend, host)
             )
         # Recorded only by the run that holds the job, under its open grant, and only once:
         # a run that lost either stops here.
@@ -306,9 +306,11 @@ def acceptance_failures(report: dict[str, Any], *, sandbox: bool) -> list[str]:
     operator's desk and the order's history. A version-1 report (or the backend's crash
     record) is judged as before: devices and PROVISIONING_HOLD_ON_CRASH only.
 
-    Held: a non-zero exit code, acceptance not passed (false, or nothing checked), a report
-    that did not complete, an error, or a CPU stand-in on a host that is not the local
-    sandbox (``sandbox``: the local backend, whose CPU stands in for the cards by design).
+    Held: a non-zero exit code, acceptance not passed (false, or nothing checked — except
+    the sandbox's CPU stand-in, which has no card to check: the program leaves ``passed``
+    null there), a report that did not complete, an error, or a CPU stand-in on a host that
+    is not the local sandbox (``sandbox``: the local backend, whose CPU stands in for the
+    cards by design).
     """
     if not isinstance(report, dict) or report.get("version", 1) < 2:
         return []
@@ -325,6 +327,9 @@ def acceptance_failures(report: dict[str, Any], *, sandbox: bool) -> list[str]:
         reasons.append("measured on a CPU stand-in, not on the cards")
     acceptance = report.get("acceptance")
     acceptance = acceptance if isinstance(acceptance, dict) else {}
+    stand_in_here = report.get("stand_in") is True and sandbox
+    if acceptance.get("passed") is None and stand_in_here and not acceptance.get("failed"):
+        return reasons  # the sandbox's CPU stand-in checks no card: nothing to pass or fail
     if acceptance.get("passed") is not True:
         failed = [str(item) for item in acceptance.get("failed") or [] if item]
         if failed:
@@ -349,9 +354,12 @@ def hold_reason(report: dict[str, Any], *, sandbox: bool) -> str:
     return "access held by the operator"
 
 
-def is_sandbox(backend: Backend) -> bool:
-    """Whether the backend is the local sandbox (this machine's CPU stands in for cards)."""
-    return bool(getattr(backend, "sandbox", False))
+def is_sandbox(backend: Backend, host: Host) -> bool:
+    """Whether a CPU stands in for the host's cards by design: the local sandbox, or a host
+    the operator named in PROVISIONING_CPU_STAND_IN_HOSTS (a test machine without GPUs)."""
+    return bool(getattr(backend, "sandbox", False)) or (
+        host.name in settings.PROVISIONING_CPU_STAND_IN_HOSTS
+    )
 
 
 def _hold(job: ProvisioningJob, mine: models.QuerySet[ProvisioningJob], *, sandbox: bool) -> None:

@@ -55,6 +55,8 @@ def worker_with_beat(
             "PROVISIONING_REMOTE_ACCOUNTS": "0",
             "PROVISIONING_REMOTE_PYTHON": sys.executable,
             "PROVISIONING_BENCHMARK_ARGS": "--quick",
+            # The loopback host has no GPU: a CPU stand-in by name (else it is held).
+            "PROVISIONING_CPU_STAND_IN_HOSTS": "test-h200,test-b200,test-mi300x",
         },
     )
 

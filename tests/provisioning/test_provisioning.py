@@ -66,6 +66,7 @@ def test_the_local_backend_delivers_access_and_the_report(
     job = ProvisioningJob.objects.get(order=order)
     with django_capture_on_commit_callbacks(execute=True):
         job = run_at_start(job.pk, backend)
+    assert job.accounts, (job.status, job.error, job.report)
     (account,) = job.accounts
     home = backend.root / job.lot.host.name / "home" / account
     assert (
@@ -209,9 +210,10 @@ def test_the_order_page_shows_how_to_connect_and_the_report(
     page = client.get(base)
     assert page.status_code == 200
     text = page.content.decode()
-    assert "Step time by number of cards (ms)" in text
-    assert text.count('class="bar-row"') >= 6  # 2 step times, 2 cards' memory, 4 sizes
-    assert client.get(f"{base}json/").json()["version"] == 1
+    assert "Median step time (ms), one card against two cards" in text
+    assert text.count('class="bar-row"') >= 6  # 2 step times, 2 cards' memory, the sizes
+    assert "CPU stand-in" in text  # the local sandbox's figures are not the cards'
+    assert client.get(f"{base}json/").json()["version"] == 2
     wrong = f"/en/orders/{order.reference}/wrong-secret/report/{job.pk}/"
     assert client.get(wrong).status_code == 404
 

@@ -40,7 +40,10 @@ def remote(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def ssh_backend(sshd: Sshd, remote: Path, tmp_path: Path) -> SshBackend:
+def ssh_backend(sshd: Sshd, remote: Path, tmp_path: Path, settings: Any) -> SshBackend:
+    # The loopback host has no GPU: named a CPU stand-in, as an operator names a test machine
+    # (else its benchmark runs with --require-gpu and the lot is held: the production rule).
+    settings.PROVISIONING_CPU_STAND_IN_HOSTS = ["test-h200", "test-b200", "test-mi300x"]
     return SshBackend(
         client_key=sshd.client_key,
         remote_dir=str(tmp_path / "var-lib-gpulots"),
