@@ -9,17 +9,11 @@ from eth_typing import ABI
 
 from payments.models import Asset
 from payments.nodes import NodeClient
-from payments.rpc import RpcError
+from payments.rpc import DECIMALS_FUNCTION, RpcError
 
 FEED_DECIMALS = 8
 AGGREGATOR_V3_ABI: ABI = [
-    {
-        "type": "function",
-        "name": "decimals",
-        "stateMutability": "view",
-        "inputs": [],
-        "outputs": [{"name": "", "type": "uint8"}],
-    },
+    DECIMALS_FUNCTION,
     {
         "type": "function",
         "name": "latestRoundData",

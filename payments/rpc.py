@@ -30,7 +30,7 @@ from typing import Any, cast
 import requests
 from eth_abi import decode, encode
 from eth_abi.exceptions import DecodingError
-from eth_typing import ABI, ABIEvent, ChecksumAddress, HexStr
+from eth_typing import ABI, ABIEvent, ABIFunction, ChecksumAddress, HexStr
 from eth_utils import encode_hex, event_abi_to_log_topic
 from hexbytes import HexBytes
 from web3 import HTTPProvider, Web3
@@ -58,15 +58,17 @@ TRANSFER_EVENT: ABIEvent = {
         {"name": "value", "type": "uint256", "indexed": False},
     ],
 }
+DECIMALS_FUNCTION: ABIFunction = {
+    "type": "function",
+    "name": "decimals",
+    "stateMutability": "view",
+    "inputs": [],
+    "outputs": [{"name": "", "type": "uint8"}],
+}
+"""``decimals()``: the same function in an ERC-20 token and a Chainlink-style feed."""
 ERC20_ABI: ABI = [
     TRANSFER_EVENT,
-    {
-        "type": "function",
-        "name": "decimals",
-        "stateMutability": "view",
-        "inputs": [],
-        "outputs": [{"name": "", "type": "uint8"}],
-    },
+    DECIMALS_FUNCTION,
     {
         "type": "function",
         "name": "symbol",

@@ -924,6 +924,22 @@ def per_card_worker(
 # --------------------------------------------------------------------------- collectives
 
 
+def _collective_row(
+    size: int, place: str, seconds: float, bus_factor: float, correct: bool
+) -> dict[str, Any]:
+    """One size of a collective sweep: algorithm bandwidth (bytes / time) and bus bandwidth
+    (algbw × the collective's factor, as nccl-tests defines it)."""
+    algbw = size / seconds / 1e9
+    return {
+        "bytes": size,
+        "place": place,
+        "ms": significant(seconds * 1000),
+        "algbw_gbps": significant(algbw),
+        "busbw_gbps": significant(algbw * bus_factor),
+        "correct": correct,
+    }
+
+
 def _timed_collective(device: torch.device, fn: Callable[[], Any], repeat: int) -> float:
     """Median seconds of a collective, each call ended by a barrier-free sync on this rank;
     the slowest rank's time is what counts (max over ranks)."""
@@ -961,16 +977,9 @@ def collectives_worker(
             lambda t=tensor: dist.all_reduce(t),  # type: ignore[misc]
             repeat,
         )
-        algbw = size / seconds / 1e9
+        # nccl-tests' bus bandwidth: all_reduce moves 2(n-1)/n of the buffer per rank.
         results["all_reduce"].append(
-            {
-                "bytes": size,
-                "place": "in",
-                "ms": significant(seconds * 1000),
-                "algbw_gbps": significant(algbw),
-                "busbw_gbps": significant(algbw * 2 * (world - 1) / world),
-                "correct": correct,
-            }
+            _collective_row(size, "in", seconds, 2 * (world - 1) / world, correct)
         )
         del tensor
         # all_gather / reduce_scatter: ``size`` is the whole (gathered) buffer, as nccl-tests
@@ -992,16 +1001,8 @@ def collectives_worker(
                 lambda w=whole, m=mine: dist.all_gather_into_tensor(w, m),  # type: ignore[misc]
                 repeat,
             )
-            algbw = size / seconds / 1e9
             results["all_gather"].append(
-                {
-                    "bytes": size,
-                    "place": place,
-                    "ms": significant(seconds * 1000),
-                    "algbw_gbps": significant(algbw),
-                    "busbw_gbps": significant(algbw * (world - 1) / world),
-                    "correct": correct,
-                }
+                _collective_row(size, place, seconds, (world - 1) / world, correct)
             )
             source = torch.full((part * world,), float(rank + 1), device=device)
             if place == "out":
@@ -1016,16 +1017,8 @@ def collectives_worker(
                 lambda r=result, s=source: dist.reduce_scatter_tensor(r, s),  # type: ignore[misc]
                 repeat,
             )
-            algbw = size / seconds / 1e9
             results["reduce_scatter"].append(
-                {
-                    "bytes": size,
-                    "place": place,
-                    "ms": significant(seconds * 1000),
-                    "algbw_gbps": significant(algbw),
-                    "busbw_gbps": significant(algbw * (world - 1) / world),
-                    "correct": correct,
-                }
+                _collective_row(size, place, seconds, (world - 1) / world, correct)
             )
             del whole, mine, source, result
     results["p2p"] = p2p_bandwidth(rank, device, quick) if rank == 0 else None
