@@ -98,21 +98,44 @@ def approvals() -> Section:
     )
 
 
-def payment_decisions(now: datetime) -> Section:
+def needs_payment_decision(now: datetime) -> Q:
+    """The invoices a person decides on: paid after expiry, the hold ended before the payment
+    could be verified, or partly paid with nothing more for an hour."""
     from payments.models import Invoice
 
     stalled = now - timedelta(hours=1)
-    rows = (
-        Invoice.objects.filter(
-            Q(status=Invoice.STATUS_EXPIRED, exception=Invoice.EXCEPTION_PAID_LATE)
-            | Q(unverified_at_expiry=True)
-            | Q(
-                status=Invoice.STATUS_PROCESSING,
-                exception=Invoice.EXCEPTION_PAID_PARTIAL,
-                created_at__lt=stalled,
-            )
+    return (
+        Q(status=Invoice.STATUS_EXPIRED, exception=Invoice.EXCEPTION_PAID_LATE)
+        | Q(unverified_at_expiry=True)
+        | Q(
+            status=Invoice.STATUS_PROCESSING,
+            exception=Invoice.EXCEPTION_PAID_PARTIAL,
+            created_at__lt=stalled,
         )
-        .exclude(status=Invoice.STATUS_INVALID)
+    ) & ~Q(status=Invoice.STATUS_INVALID)
+
+
+def provisioning_in_trouble() -> Q:
+    """The jobs a person looks at: failed, held by a check, or access held by the operator."""
+    from provisioning.models import ProvisioningJob
+
+    return (
+        Q(status__in=(ProvisioningJob.Status.FAILED, ProvisioningJob.Status.HELD))
+        | Q(access_held=True)
+    ) & ~Q(status=ProvisioningJob.Status.REVOKED)
+
+
+def revocation_overdue(now: datetime) -> Q:
+    """The grants whose window ended (plus the grace) with access not confirmed removed."""
+    grace = timedelta(minutes=settings.DESK_REVOCATION_GRACE_MINUTES)
+    return Q(closed_at__isnull=True, window_end__lt=now - grace)
+
+
+def payment_decisions(now: datetime) -> Section:
+    from payments.models import Invoice
+
+    rows = (
+        Invoice.objects.filter(needs_payment_decision(now))
         .select_related("order", "asset")
         .order_by("created_at")
     )
@@ -173,11 +196,7 @@ def provisioning_trouble() -> Section:
     from provisioning.models import ProvisioningJob
 
     rows = (
-        ProvisioningJob.objects.filter(
-            Q(status__in=(ProvisioningJob.Status.FAILED, ProvisioningJob.Status.HELD))
-            | Q(access_held=True)
-        )
-        .exclude(status=ProvisioningJob.Status.REVOKED)
+        ProvisioningJob.objects.filter(provisioning_in_trouble())
         .select_related("order", "lot__host")
         .order_by("created_at")
     )
@@ -192,6 +211,30 @@ def provisioning_trouble() -> Section:
             (job.error.strip().splitlines() or [job.get_status_display()])[-1][:160],
         ),
         _changelist("provisioning", "provisioningjob", "status__exact=failed"),
+    )
+
+
+def drifting_lots() -> Section:
+    """Lots whose latest acceptance figures fell below the drift share of their kind's
+    median (provisioning.fleet): a card degrading across rentals."""
+    from provisioning import fleet
+    from reservations.models import Lot
+
+    health = fleet.health()
+    flagged = health.flagged()
+    lots = Lot.objects.filter(pk__in=flagged).select_related("host").order_by("host__name", "gpu_a")
+    return Section(
+        key="drift",
+        title=_("Lots drifting below their kind"),
+        action=_(
+            "Compare the lot's acceptance over time with its kind; take it out of service if a "
+            "card is degrading."
+        ),
+        count=len(flagged),
+        items=[
+            Item(str(lot), _change(lot), health.describe(flagged[lot.pk])) for lot in lots[:SHOWN]
+        ],
+        all_url=_changelist("reservations", "lot", "drift=yes"),
     )
 
 
@@ -246,9 +289,8 @@ def windows(now: datetime, *, opening: bool) -> Section:
 def revocations_overdue(now: datetime) -> Section:
     from provisioning.models import AccessGrant
 
-    grace = timedelta(minutes=settings.DESK_REVOCATION_GRACE_MINUTES)
     rows = (
-        AccessGrant.objects.filter(closed_at__isnull=True, window_end__lt=now - grace)
+        AccessGrant.objects.filter(revocation_overdue(now))
         .select_related("order", "lot")
         .order_by("window_end")
     )
@@ -292,6 +334,67 @@ def chains(now: datetime) -> Section:
     )
 
 
+NEXT_ACTIONS = {
+    "decide_payment": _("decide on the payment"),
+    "refund": _("send the refund"),
+    "approve": _("approve"),
+    "provisioning": _("fix provisioning, then retry"),
+    "revocation": _("confirm access removed"),
+}
+"""What an order waits on a person for, most urgent first: the same conditions as Today's."""
+
+
+def with_next_action(orders: QuerySet[Any], now: datetime | None = None) -> QuerySet[Any]:
+    """``orders`` annotated with their current invoice's state and, for each of Today's
+    conditions, whether it holds for the order (one subquery each, no query per row)."""
+    from django.db.models import Exists, OuterRef, Subquery
+
+    from payments import refunds
+    from payments.models import Invoice
+    from provisioning.models import AccessGrant, ProvisioningJob
+
+    now = now or timezone.now()
+    order = OuterRef("pk")
+    current = Invoice.objects.filter(order=order, is_current=True)
+    return orders.annotate(
+        payment_status=Subquery(current.values("status")[:1]),
+        payment_exception=Subquery(current.values("exception")[:1]),
+        needs_decide_payment=Exists(
+            Invoice.objects.filter(needs_payment_decision(now), order=order)
+        ),
+        needs_refund=Exists(refunds.owing().filter(order=order)),
+        needs_provisioning=Exists(
+            ProvisioningJob.objects.filter(provisioning_in_trouble(), order=order)
+        ),
+        needs_revocation=Exists(AccessGrant.objects.filter(revocation_overdue(now), order=order)),
+    )
+
+
+def next_action(order: Any) -> str:
+    """The key of NEXT_ACTIONS an order annotated by ``with_next_action`` waits on, or ""."""
+    from reservations.models import Order
+
+    for key in NEXT_ACTIONS:
+        if key == "approve":
+            if order.status == Order.STATUS_PAID:
+                return key
+        elif getattr(order, f"needs_{key}"):
+            return key
+    return ""
+
+
+def needing_action(orders: QuerySet[Any], now: datetime | None = None) -> QuerySet[Any]:
+    """The orders waiting on a person for something (any of NEXT_ACTIONS)."""
+    from reservations.models import Order
+
+    marked = with_next_action(orders, now)
+    waiting = Q(status=Order.STATUS_PAID)
+    for key in NEXT_ACTIONS:
+        if key != "approve":
+            waiting |= Q(**{f"needs_{key}": True})
+    return marked.filter(waiting)
+
+
 def sections(now: datetime | None = None) -> list[Section]:
     now = now or timezone.now()
     return [
@@ -299,6 +402,7 @@ def sections(now: datetime | None = None) -> list[Section]:
         payment_decisions(now),
         refunds_due(),
         provisioning_trouble(),
+        drifting_lots(),
         refused_host_keys(),
         revocations_overdue(now),
         chains(now),

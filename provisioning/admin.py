@@ -117,6 +117,10 @@ def _each(
             admin_view.message_user(request, f"{job}: {refused}", messages.WARNING)
 
 
+ERROR_SHOWN = 120
+"""Characters of a job's error shown in the list."""
+
+
 @admin.register(ProvisioningJob)
 class ProvisioningJobAdmin(admin.ModelAdmin):
     list_display = (
@@ -127,13 +131,27 @@ class ProvisioningJobAdmin(admin.ModelAdmin):
         "steps_done",
         "attempts",
         "heartbeat_at",
-        "error",
+        "error_line",
     )
     list_filter = ("status", "access_held")
     search_fields = ("order__reference",)
     list_select_related = ("order", "lot__host")
     actions = ("retry", "hold", "release")
     exclude = ("report",)
+
+    @admin.display(description="error")
+    def error_line(self, job: ProvisioningJob) -> str:
+        """The error's last line (a traceback's is the exception), cut to fit the list; the
+        whole text is on the job's page."""
+        lines = job.error.strip().splitlines()
+        if not lines:
+            return ""
+        last = lines[-1]
+        return format_html(
+            '<span class="desk-wrap" title="{}">{}</span>',
+            last,
+            last if len(last) <= ERROR_SHOWN else f"{last[: ERROR_SHOWN - 1]}…",
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         fields = [field.name for field in ProvisioningJob._meta.fields if field.name != "report"]

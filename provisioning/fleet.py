@@ -17,10 +17,17 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import F
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from provisioning.models import ProvisioningJob
 
 METRICS = ("matmul_share", "hbm_share", "busbw_gbps")
+METRIC_LABELS = {
+    "matmul_share": _("matrix product"),
+    "hbm_share": _("HBM bandwidth"),
+    "busbw_gbps": _("all-reduce bus bandwidth"),
+}
 
 
 @dataclass
@@ -142,6 +149,22 @@ class Health:
         if found is None:
             return []
         return drift(found, self.medians.get(found.kind_id, {}), self.share)
+
+    def flagged(self) -> dict[int, list[str]]:
+        """The lots drifting, each with its metrics below the share of its kind's median."""
+        return {lot_id: below for lot_id in self.latest if (below := self.flags(lot_id))}
+
+    def describe(self, below: list[str]) -> str:
+        return describe(below, self.share)
+
+
+def describe(below: list[str], share: float | None = None) -> str:
+    """The sentence shown for a drifting lot (the list, its page and the desk)."""
+    share = settings.ACCEPTANCE_DRIFT_SHARE if share is None else share
+    return gettext("below %(share)s of the kind's median: %(metrics)s") % {
+        "share": f"{share:.0%}",
+        "metrics": ", ".join(str(METRIC_LABELS[metric]) for metric in below),
+    }
 
 
 def health() -> Health:

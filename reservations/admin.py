@@ -9,6 +9,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError
 from django.db.models import QuerySet
@@ -16,12 +17,16 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.decorators import method_decorator
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.timezone import localtime
 from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.http import require_POST
 
+from config import desk
 from provisioning import fleet
 from provisioning.admin import report_summary
 from provisioning.models import ProvisioningJob
@@ -107,13 +112,6 @@ class EnvironmentAdmin(admin.ModelAdmin):
     list_editable = ("is_offered",)
     filter_horizontal = ("compatible_kinds",)
     prepopulated_fields = {"slug": ("name",)}
-
-
-METRIC_LABELS = {
-    "matmul_share": gettext_lazy("matrix product"),
-    "hbm_share": gettext_lazy("HBM bandwidth"),
-    "busbw_gbps": gettext_lazy("all-reduce bus bandwidth"),
-}
 
 
 def refusal_of(exc: IntegrityError) -> str | None:
@@ -296,6 +294,15 @@ def window(order: Order) -> str:
     return f"{order.starts_at:%Y-%m-%d %H:%M} → {order.ends_at:%Y-%m-%d %H:%M} UTC"
 
 
+def window_html(order: Order) -> SafeString:
+    """An order's window for a list: start → end in the desk's time zone, each unbroken."""
+    return format_html(
+        '<span class="nowrap">{}</span> → <span class="nowrap">{}</span>',
+        date_format(localtime(order.starts_at), "SHORT_DATETIME_FORMAT"),
+        date_format(localtime(order.ends_at), "SHORT_DATETIME_FORMAT"),
+    )
+
+
 def bookings_left(lot: Lot, holds: list[Hold]) -> SafeString:
     """The warning for a lot taken out of service that still carries bookings."""
     orders = format_html_join(
@@ -328,10 +335,25 @@ def bookings_left(lot: Lot, holds: list[Hold]) -> SafeString:
     )
 
 
+class DriftFilter(admin.SimpleListFilter):
+    """The lots whose latest acceptance figures drift below their kind (the desk links here)."""
+
+    title = gettext_lazy("acceptance")
+    parameter_name = "drift"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("yes", gettext_lazy("drifting below the kind"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Lot]) -> QuerySet[Lot]:
+        if self.value() == "yes":
+            return queryset.filter(pk__in=list(fleet.health().flagged()))
+        return queryset
+
+
 @admin.register(Lot)
 class LotAdmin(RefusalsAsMessages):
     list_display = ("__str__", "host", "gpu_a", "gpu_b", "status", "acceptance_drift")
-    list_filter = ("status", "host__kind")
+    list_filter = ("status", "host__kind", DriftFilter)
     list_editable = ("status",)
     list_select_related = ("host",)
     actions = ("take_out_of_service",)
@@ -359,12 +381,7 @@ class LotAdmin(RefusalsAsMessages):
         below = health.flags(lot.pk)
         if below:
             return format_html(
-                '<strong class="errornote" data-testid="drift">{}</strong>',
-                gettext("below %(share)s of the kind's median: %(metrics)s")
-                % {
-                    "share": f"{health.share:.0%}",
-                    "metrics": ", ".join(str(METRIC_LABELS[m]) for m in below),
-                },
+                '<strong class="errornote" data-testid="drift">{}</strong>', health.describe(below)
             )
         if found.failed:
             return format_html(
@@ -380,13 +397,18 @@ class LotAdmin(RefusalsAsMessages):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        """The lot's page, with its acceptance figures per rental against the kind's median."""
+        """The lot's page: its bookings now and ahead, and its acceptance figures per rental
+        against the kind's median (flagged at the top when its latest ones drift)."""
         context = dict(extra_context or {})
-        if object_id.isdigit():
-            history, medians = fleet.lot_history(int(object_id))
+        lot = Lot.objects.filter(pk=object_id).first() if object_id.isdigit() else None
+        if lot is not None:
+            history, medians = fleet.lot_history(lot.pk)
             context["acceptance_history"] = history
             context["acceptance_medians"] = medians
-            context["acceptance_share"] = settings.ACCEPTANCE_DRIFT_SHARE
+            context["acceptance_share"] = f"{settings.ACCEPTANCE_DRIFT_SHARE:.0%}"
+            below = history[0]["below"] if history else []
+            context["acceptance_drift"] = fleet.describe(below) if below else ""
+            context["lot_bookings"] = list(inventory.bookings_on(lot))
         return super().change_view(request, object_id, form_url, context)
 
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:
@@ -498,6 +520,7 @@ class LotAdmin(RefusalsAsMessages):
 
 class ReadOnlyInline(admin.TabularInline):
     extra = 0
+    template = "admin/edit_inline/tabular_region.html"
     can_delete = False
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -580,22 +603,61 @@ def ask_reason(
     return None, page
 
 
+class NeedsActionFilter(admin.SimpleListFilter):
+    """The orders waiting on a person (the same conditions as the desk's Today)."""
+
+    title = gettext_lazy("next action")
+    parameter_name = "action"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("any", gettext_lazy("waiting on the operator")), *desk.NEXT_ACTIONS.items()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Order]) -> QuerySet[Order]:
+        value = self.value()
+        if value == "any":
+            waiting = desk.needing_action(Order.objects.all())
+        elif value == "approve":
+            waiting = Order.objects.filter(status=Order.STATUS_PAID)
+        elif value in desk.NEXT_ACTIONS:
+            waiting = desk.with_next_action(Order.objects.all()).filter(**{f"needs_{value}": True})
+        else:
+            return queryset
+        return queryset.filter(pk__in=waiting.values("pk"))
+
+
+class OrderChangeList(ChangeList):
+    """The order list's rows carry their payment state and next action (annotated once)."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Order]:
+        return desk.with_next_action(super().get_queryset(request, exclude_parameters))
+
+
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
     list_display = (
         "reference",
         "status",
-        "kind",
-        "lot_count",
-        "window_days",
-        "starts_at",
+        "booked",
+        "window_column",
+        "payment",
+        "next_action",
         "total_usd",
         "contact_email",
-        "created_at",
     )
-    list_filter = ("status", "kind", "window_days", "usage_mode", "starts_at")
+    list_filter = (NeedsActionFilter, "status", "kind", "window_days", "usage_mode", "starts_at")
     date_hierarchy = "created_at"
-    search_fields = ("reference", "contact_email", "contact_name", "organisation")
+    search_fields = (
+        "reference",
+        "contact_email",
+        "contact_name",
+        "organisation",
+        "=invoices__deposit_address__address",
+        "=invoices__transfers__tx_hash",
+        "=invoices__claim_tx_hash",
+    )
+    search_help_text = gettext_lazy(
+        "Reference, e-mail, name, organisation; or a deposit address or transaction hash (whole)."
+    )
     list_select_related = ("kind",)
     inlines = (HoldInline, SshKeyInline, ProvisioningInline, EventInline)
     actions = ("approve_orders", "cancel_orders")
@@ -662,6 +724,39 @@ class OrderAdmin(admin.ModelAdmin):
             },
         ),
     )
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return OrderChangeList
+
+    @admin.display(description=gettext_lazy("booked"), ordering="kind__name")
+    def booked(self, order: Order) -> str:
+        return f"{order.lot_count} × {order.kind.name} · {order.window_days} d"
+
+    @admin.display(description=gettext_lazy("window"), ordering="starts_at")
+    def window_column(self, order: Order) -> str:
+        return window_html(order)
+
+    @admin.display(description=gettext_lazy("payment"))
+    def payment(self, order: Order) -> str:
+        from payments.models import Invoice
+
+        status = getattr(order, "payment_status", None)
+        if status is None:
+            return "—"
+        words = str(dict(Invoice.STATUS_CHOICES).get(status, status))
+        exception = getattr(order, "payment_exception", "")
+        if exception:
+            words += f" · {dict(Invoice.EXCEPTION_CHOICES).get(exception, exception)}"
+        return words
+
+    @admin.display(description=gettext_lazy("next action"))
+    def next_action(self, order: Order) -> str:
+        if not hasattr(order, "needs_refund"):
+            return ""
+        key = desk.next_action(order)
+        if not key:
+            return "—"
+        return format_html('<strong data-testid="next-action">{}</strong>', desk.NEXT_ACTIONS[key])
 
     def get_readonly_fields(self, request: HttpRequest, obj: Order | None = None) -> list[str]:
         # Orders change only through services: every field is read-only here.
@@ -746,3 +841,40 @@ class OrderEventAdmin(RecordAdmin):
     list_filter = ("to_status",)
     search_fields = ("order__reference", "actor_label", "reason")
     list_select_related = ("order",)
+
+
+class HoldPeriodFilter(admin.SimpleListFilter):
+    title = gettext_lazy("when")
+    parameter_name = "when"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("ahead", gettext_lazy("now and ahead")), ("past", gettext_lazy("ended"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Hold]) -> QuerySet[Hold]:
+        now = timezone.now()
+        if self.value() == "ahead":
+            return queryset.filter(period__endswith__gt=now)
+        if self.value() == "past":
+            return queryset.filter(period__endswith__lte=now)
+        return queryset
+
+
+@admin.register(Hold)
+class HoldAdmin(RecordAdmin):
+    """Which lot each order holds, for which period (window + turnaround): kept by the
+    services (booking, payment, moves, expiry), read here."""
+
+    list_display = ("lot", "order", "order_window", "period_ends", "status", "released_at")
+    list_filter = ("status", HoldPeriodFilter, "lot__host__kind", "lot__host")
+    search_fields = ("order__reference", "order__contact_email", "lot__host__name")
+    list_select_related = ("lot__host", "order")
+    ordering = ("-period",)
+
+    @admin.display(description=gettext_lazy("window"), ordering="order__starts_at")
+    def order_window(self, hold: Hold) -> str:
+        return window_html(hold.order)
+
+    @admin.display(description=gettext_lazy("lot free again"))
+    def period_ends(self, hold: Hold) -> str:
+        upper = hold.period.upper
+        return date_format(localtime(upper), "SHORT_DATETIME_FORMAT") if upper else "—"

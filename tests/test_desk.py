@@ -57,6 +57,7 @@ def test_the_desk_opens_on_today_with_every_section_and_the_models_below(
         "payments",
         "refunds",
         "provisioning",
+        "drift",
         "host_keys",
         "revocations",
         "chains",
@@ -64,7 +65,7 @@ def test_the_desk_opens_on_today_with_every_section_and_the_models_below(
         "closing",
     ):
         assert f'id="today-{key}"' in html
-    assert html.count("Nothing waiting.") == 9
+    assert html.count("Nothing waiting.") == 10
     assert "Reservations" in html  # the usual list of models is still there
 
 
@@ -273,3 +274,28 @@ def test_the_timeline_page_filters_by_kind_and_links_each_bar_to_its_order(
     assert order.reference in operator.get(f"/admin/timeline/?kind={kind}").content.decode()
     assert order.reference not in operator.get(f"/admin/timeline/?kind={other}").content.decode()
     assert operator.get("/admin/").content.decode().count('href="/admin/timeline/"') == 1
+
+
+def test_a_lot_drifting_below_its_kind_waits_until_its_figures_are_back_in_line(
+    operator: Client, make_request: RequestFactory, settings: object
+) -> None:
+    from provisioning.models import ProvisioningJob
+    from reservations.models import Lot
+    from tests.provisioning.test_fleet_health import measured, rented
+    from tests.provisioning.test_operator import approved_job
+
+    settings.ACCEPTANCE_DRIFT_SHARE = 0.9  # type: ignore[attr-defined]
+    job = approved_job(make_request)
+    ProvisioningJob.objects.filter(pk=job.pk).update(report=measured(700, 4.1, 360))
+    other = Lot.objects.filter(host__kind=job.lot.host.kind).exclude(pk=job.lot.pk).get()
+    later = job.order.starts_at + (job.order.ends_at - job.order.starts_at)
+    rented(make_request, other, measured(500, 4.1, 361), starts_at=later)
+    assert labels("drift") == [str(other)]
+    assert section("drift").items[0].detail == "below 90% of the kind's median: matrix product"
+    assert section("drift").items[0].url == f"/admin/reservations/lot/{other.pk}/change/"
+    listed = operator.get(section("drift").all_url).content.decode()
+    assert f"/admin/reservations/lot/{other.pk}/change/" in listed
+    assert f"/admin/reservations/lot/{job.lot.pk}/change/" not in listed
+
+    ProvisioningJob.objects.filter(lot=other).update(report=measured(702, 4.1, 361))
+    assert labels("drift") == []
