@@ -130,7 +130,7 @@ clocks_throttle_reasons.active (tried when the newer name is refused)."""
 def now() -> str:
     # timezone.utc, not the UTC alias ruff's UP017 suggests: that one is 3.11+, and the
     # hosts may run 3.9 or 3.10
-    return _dt.datetime.now(_dt.timezone.utc).isoformat()  # noqa: UP017
+    return _dt.datetime.now(_dt.timezone.utc).isoformat()
 
 
 def not_measured(why: str) -> str:
@@ -329,7 +329,7 @@ def nvidia_query(tool: str, cards: list[int]) -> tuple[list[dict[str, Any]], str
                 values = [part.strip() for part in line.split(",")]
                 if len(values) != len(fields):
                     continue
-                row = {field: _number(value) for field, value in zip(fields, values)}  # noqa: B905 (3.9)
+                row = {field: _number(value) for field, value in zip(fields, values)}
                 row["name"] = str(row["name"])
                 if isinstance(row["index"], float):
                     row["index"] = int(row["index"])
