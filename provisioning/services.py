@@ -6,7 +6,6 @@ retry after a crash continues with the next step. The host-side steps are idempo
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import uuid
@@ -19,7 +18,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from provisioning import access
-from provisioning.backends import BENCHMARK, Backend, HostKeyRefused, StepFailed, backend_for
+from provisioning.backends import Backend, HostKeyRefused, StepFailed, backend_for
 from provisioning.models import AccessGrant, ProvisioningJob
 from reservations import notifications
 from reservations.errors import InvalidTransition
@@ -458,10 +457,6 @@ def _benchmark_arguments(job: ProvisioningJob, *, sandbox: bool | None = None) -
         "--expected-arch",
         kind.architecture,
     ]
-    if not speaks_v2():  # the version-1 program: what it took (its sizes build on the host)
-        if order.model_precision in ("fp32", "bf16", "fp16"):
-            arguments += ["--precision", order.model_precision]
-        return arguments
     if order.model_params_billion is not None:
         arguments += ["--params-billion", str(order.model_params_billion)]
     if order.model_precision in V2_PRECISIONS:
@@ -484,13 +479,6 @@ def _benchmark_arguments(job: ProvisioningJob, *, sandbox: bool | None = None) -
 V2_PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "int8")
 """The precisions the version-2 benchmark measures (int4 orders are measured in its
 default)."""
-
-
-@functools.cache
-def speaks_v2() -> bool:
-    """Whether the shipped benchmark takes the version-2 arguments (REPORT_V2.md): while the
-    version-1 program ships, it refuses them, and the lot would get a crash report."""
-    return "--thresholds" in BENCHMARK.read_text()
 
 
 def fail_job(job_id: int, error: str) -> bool:

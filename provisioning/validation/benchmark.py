@@ -1159,10 +1159,16 @@ def memory_needed(
     layers: int, hidden: int, config: dict[str, Any], world: int, sharded: bool
 ) -> float:
     """Bytes per card, estimated: fp32 weights, gradients and AdamW's two moments (16 B a
-    parameter; weights only for inference), activations (34 B a token and width per layer
-    in 16 bit, as Korthikanti et al.), a workspace."""
+    parameter; weights only for inference), what a training step holds for a moment on top
+    (autocast's 16-bit copy of the weights, 2 B, and the foreach AdamW's temporaries, about
+    4 B: 22 B a parameter at the peak), activations (34 B a token and width per layer in
+    16 bit, as Korthikanti et al.), a workspace."""
     params = layers * block_params(hidden) + 2 * hidden
-    state = (16 if config["workload"] != "inference" else 2) * params
+    if config["workload"] == "inference":
+        per_param = 2
+    else:
+        per_param = 16 + 4 + (0 if config["measured_precision"] == "fp32" else 2)
+    state = per_param * params
     if sharded:
         state = state // world + 2 * 4 * block_params(hidden)  # two blocks gathered at a time
     tokens = config["micro_batch"] * config["seq_len"]

@@ -139,9 +139,8 @@ def test_a_v1_report_keeps_todays_behaviour(make_request: RequestFactory, tmp_pa
 
 
 def test_the_benchmark_gets_the_order_and_the_kind(
-    make_request: RequestFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_request: RequestFactory, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(services, "speaks_v2", lambda: True)
     job = approved_job(
         make_request,
         model_params_billion="70",
@@ -172,21 +171,3 @@ def test_the_benchmark_gets_the_order_and_the_kind(
     assert "--require-gpu" not in sandbox.arguments  # the CPU stand-in runs there
     assert sandbox.arguments[sandbox.arguments.index("--seq-len") + 1] == "2048"  # default
     assert sandbox.arguments[sandbox.arguments.index("--micro-batch") + 1] == "1"
-
-
-def test_the_version_1_benchmark_gets_only_what_it_takes(
-    make_request: RequestFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """While the v1 program ships it refuses the v2 arguments: the lot would get a crash."""
-    monkeypatch.setattr(services, "speaks_v2", lambda: False)
-    job = approved_job(make_request, model_params_billion="70", model_precision="fp8")
-    backend = Reporting(tmp_path / "hosts", v2_reports.report(), sandbox=False)
-    run_at_start(job.pk, backend)
-    assert backend.arguments == [
-        "--hypothesis",
-        "shorter_step",
-        "--usage-mode",
-        "distributed",
-        "--expected-arch",
-        "sm_90",
-    ]

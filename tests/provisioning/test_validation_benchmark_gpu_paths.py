@@ -184,3 +184,20 @@ def test_the_gpu_script_never_summarises_an_earlier_runs_report(tmp_path: Path) 
     assert "accepted: True" not in done.stdout
     assert "no report at" in done.stderr
     assert not (tmp_path / "report.json").exists()
+
+
+def test_the_memory_estimate_counts_what_a_training_step_holds_at_its_peak() -> None:
+    """Weights, gradients and AdamW's moments (16 B a parameter) are not the peak: autocast's
+    16-bit copy of the weights (2 B) and the optimizer step's temporaries (4 B) come on top,
+    or a model chosen to "fit one card" runs out of memory there."""
+    from provisioning.validation import benchmark
+
+    hidden, layers = 4096, 32
+    params = layers * benchmark.block_params(hidden) + 2 * hidden
+    config = {"workload": "training", "micro_batch": 1, "seq_len": 1, "measured_precision": "bf16"}
+    bytes_needed = benchmark.memory_needed(layers, hidden, config, 1, sharded=False)
+    assert bytes_needed >= 22 * params
+    fp32 = benchmark.memory_needed(
+        layers, hidden, {**config, "measured_precision": "fp32"}, 1, False
+    )
+    assert bytes_needed - fp32 == pytest.approx(2 * params, rel=0.01)
