@@ -156,6 +156,7 @@ LANGUAGES = [("en", "English"), ("de", "Deutsch"), ("fr", "Français")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
+FORMAT_MODULE_PATH = ["config.formats"]
 USE_TZ = True
 
 STATICFILES_DIRS = [BASE_DIR / "static"]

@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.functional import lazy
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from config.forms import AccessibleForm
@@ -72,6 +73,41 @@ def _blank(label: str) -> list[tuple[str, str]]:
     return [("", label)]
 
 
+def kind_label(kind: HardwareKind) -> str:
+    """A hardware choice: the kind (with its memory) and its lowest price per GPU-hour."""
+    from reservations.quotes import per_gpu_hour
+    from reservations.templatetags.money import usd
+
+    rates = [
+        per_gpu_hour(p.amount_usd, p.window_days, kind.cards_per_lot) for p in kind.prices.all()
+    ]
+    if not rates:
+        return kind.name
+    return gettext("%(kind)s · from %(rate)s per GPU-hour") % {
+        "kind": kind.name,
+        "rate": usd(min(rates)),
+    }
+
+
+class EnvironmentSelect(forms.Select):
+    """The environments, each option saying which kinds it runs on (``data-kinds``), so the
+    page can offer only those of the chosen kind."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.runs_on: dict[str, list[str]] = {}
+        self.chosen_kind = ""
+
+    def create_option(self, name: str, value: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        option = super().create_option(name, value, *args, **kwargs)
+        kinds = self.runs_on.get(str(value))
+        if kinds is not None:
+            option["attrs"]["data-kinds"] = " ".join(kinds)
+            if self.chosen_kind and self.chosen_kind not in kinds:
+                option["attrs"]["disabled"] = True
+        return option
+
+
 class PlanForm(AccessibleForm):
     """Step 1: what is booked, when, and the question it should answer."""
 
@@ -99,7 +135,7 @@ class PlanForm(AccessibleForm):
         widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
         input_formats=["%Y-%m-%d"],
     )
-    environment = forms.ChoiceField(label=_("Environment"))
+    environment = forms.ChoiceField(label=_("Environment"), widget=EnvironmentSelect)
     usage_mode = forms.ChoiceField(
         label=_("How the two cards are used"),
         choices=UsageMode.choices,
@@ -162,12 +198,21 @@ class PlanForm(AccessibleForm):
         the review leaves that to placing the order, which says "just taken")."""
         super().__init__(*args, **kwargs)
         self.check_capacity = check_capacity
-        kinds = HardwareKind.objects.filter(is_offered=True)
-        self.fields["kind"].choices = [(k.slug, k.name) for k in kinds]  # type: ignore[attr-defined]
-        environments = Environment.objects.filter(is_offered=True)
+        kinds = list(HardwareKind.objects.filter(is_offered=True).prefetch_related("prices"))
+        self.fields["kind"].choices = [(k.slug, kind_label(k)) for k in kinds]  # type: ignore[attr-defined]
+        environments = list(
+            Environment.objects.filter(is_offered=True).prefetch_related("compatible_kinds")
+        )
+        runs_on = {e.slug: sorted(k.slug for k in e.compatible_kinds.all()) for e in environments}
         self.fields["environment"].choices = [  # type: ignore[attr-defined]
             (e.slug, e.name) for e in environments
         ]
+        widget = self.fields["environment"].widget
+        widget.runs_on = runs_on
+        chosen = str(self.data.get("kind") or self.initial.get("kind") or "")
+        # What does not run on the chosen kind is offered disabled (the page re-enables it
+        # when the kind changes); placing the order refuses it in any case.
+        widget.chosen_kind = chosen if chosen in {k.slug for k in kinds} else ""
         today = timezone.now().date()
         widget = self.fields["start_date"].widget
         widget.attrs["min"] = today.isoformat()

@@ -19,6 +19,25 @@ from reservations.models import Environment, HardwareKind, Price, Window
 from reservations.validation import MAX_LOT_COUNT, start_refusal
 
 
+def per_gpu_hour(amount_usd: Decimal, window_days: int, cards: int = 2) -> Decimal:
+    """A lot's price for a window as dollars per GPU-hour (what GPU clouds quote)."""
+    return (amount_usd / (window_days * 24 * cards)).quantize(Decimal("0.01"))
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another offered kind for the same window and start: what is free there, its price."""
+
+    kind: HardwareKind
+    free_lots: int
+    unit_price_usd: Decimal | None
+    per_gpu_hour_usd: Decimal | None
+
+    @property
+    def enough(self) -> bool:
+        return self.free_lots > 0
+
+
 @dataclass(frozen=True)
 class Quote:
     kind: HardwareKind | None
@@ -28,6 +47,7 @@ class Quote:
     unit_price_usd: Decimal | None = None
     total_usd: Decimal | None = None
     per_card_day_usd: Decimal | None = None
+    per_gpu_hour_usd: Decimal | None = None
     free_lots: int | None = None
     bookable_lots: int | None = None
     next_start: datetime | None = None
@@ -35,6 +55,8 @@ class Quote:
     environment: Environment | None = None
     advice: Advice | None = None
     advice_error: str | None = None
+    alternatives: tuple[Alternative, ...] = ()
+    """The other offered kinds for this window and start (free lots and price each)."""
     refusals: tuple[str, ...] = ()
     """Why this start or lot count cannot be booked at all (then nothing is looked up)."""
 
@@ -107,6 +129,7 @@ def quote(
             per_card_day_usd=(price.amount_usd / (window * hardware.cards_per_lot)).quantize(
                 Decimal("0.01")
             ),
+            per_gpu_hour_usd=per_gpu_hour(price.amount_usd, window, hardware.cards_per_lot),
         )
     if window is not None and starts_at is not None and not refusals:
         free = availability.free_lots(hardware, starts_at, window).count()
@@ -115,7 +138,33 @@ def quote(
             result["next_start"] = availability.earliest_handover(
                 hardware, window, lot_count, starts_at
             )
+        result["alternatives"] = _alternatives(hardware, starts_at, window)
     return Quote(**result)
+
+
+def _alternatives(
+    chosen: HardwareKind, starts_at: datetime, window: int
+) -> tuple[Alternative, ...]:
+    """The other offered kinds on the same window (two queries: free lots, prices)."""
+    free = availability.free_lot_counts(starts_at, window)
+    prices = {
+        p.kind_id: p.amount_usd
+        for p in Price.objects.filter(window_days=window, kind__is_offered=True)
+    }
+    others = HardwareKind.objects.filter(is_offered=True).exclude(pk=chosen.pk).order_by("name")
+    return tuple(
+        Alternative(
+            kind=kind,
+            free_lots=free.get(kind.pk, 0),
+            unit_price_usd=prices.get(kind.pk),
+            per_gpu_hour_usd=(
+                per_gpu_hour(prices[kind.pk], window, kind.cards_per_lot)
+                if kind.pk in prices
+                else None
+            ),
+        )
+        for kind in others
+    )
 
 
 def _advice(

@@ -28,7 +28,7 @@ from reservations import availability, fairness, notifications, services
 from reservations.errors import BookingRefused, LotUnavailable, UnpaidLimitReached
 from reservations.forms import ContactForm, PlanForm
 from reservations.models import Environment, HardwareKind, Order, Window
-from reservations.quotes import quote
+from reservations.quotes import per_gpu_hour, quote
 
 DRAFT = "booking"
 RECENT = "recent_orders"
@@ -52,6 +52,10 @@ def landing(request: HttpRequest) -> HttpResponse:
         offered = list(HardwareKind.objects.filter(is_offered=True).prefetch_related("prices"))
         for kind in offered:
             kind.price_by_window = {p.window_days: p.amount_usd for p in kind.prices.all()}  # type: ignore[attr-defined]
+            kind.gpu_hour_by_window = {  # type: ignore[attr-defined]
+                days: per_gpu_hour(amount, days, kind.cards_per_lot)
+                for days, amount in kind.price_by_window.items()  # type: ignore[attr-defined]
+            }
             kind.free_lots = free.get(kind.pk, 0)  # type: ignore[attr-defined]
             kind.bookable_lots = bookable.get(kind.pk, 0)  # type: ignore[attr-defined]
         return offered
@@ -70,8 +74,17 @@ def landing(request: HttpRequest) -> HttpResponse:
 def book_plan(request: HttpRequest) -> HttpResponse:
     draft = request.session.get(DRAFT, {})
     if request.method == "POST":
-        form = PlanForm(request.POST)
-        refresh_only = "refresh" in request.POST  # the no-JavaScript "update the quote"
+        data = request.POST.copy()
+        # The quote's buttons (without JavaScript): start on the earliest free date, or switch
+        # to another kind free on this one; the page comes back with the new quote.
+        chosen = {"use_start": "start_date", "switch_kind": "kind"}
+        for button, field in chosen.items():
+            value = data.get(button)
+            if isinstance(value, str) and value:
+                data[field] = value
+        form = PlanForm(data)
+        # the no-JavaScript "update the quote", or one of the quote's buttons
+        refresh_only = any(name in request.POST for name in ("refresh", *chosen))
         if form.is_valid() and not refresh_only:
             draft["plan"] = _plain(form.cleaned_data)
             request.session[DRAFT] = draft

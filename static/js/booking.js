@@ -34,4 +34,45 @@
 
   form.addEventListener("input", soon);
   form.addEventListener("change", soon);
+
+  // Only the environments that run on the chosen kind (each option's data-kinds says which).
+  function filterEnvironments() {
+    var checked = form.querySelector('input[name="kind"]:checked');
+    var select = form.elements.environment;
+    if (!checked || !select) return;
+    var first = null;
+    Array.prototype.forEach.call(select.options, function (option) {
+      var kinds = (option.getAttribute("data-kinds") || "").split(" ");
+      var runs = !option.value || kinds.indexOf(checked.value) !== -1;
+      option.disabled = !runs;
+      option.hidden = !runs;
+      if (runs && option.value && first === null) first = option;
+    });
+    var current = select.options[select.selectedIndex];
+    if ((!current || current.disabled) && first !== null) first.selected = true;
+  }
+  form.addEventListener("change", function (event) {
+    if (event.target.name === "kind") filterEnvironments();
+  });
+  filterEnvironments();
+
+  // The quote's buttons: with JavaScript they change the form in place (without, they post).
+  target.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-use-start], [data-switch-kind]");
+    if (!button) return;
+    event.preventDefault();
+    var day = button.getAttribute("data-use-start");
+    var kind = button.getAttribute("data-switch-kind");
+    var field = null;
+    if (day) {
+      field = form.elements.start_date;
+      field.value = day;
+    } else {
+      field = form.querySelector('input[name="kind"][value="' + CSS.escape(kind) + '"]');
+      if (field) field.checked = true;
+    }
+    if (!field) return;
+    field.focus();
+    field.dispatchEvent(new Event("change", { bubbles: true }));
+  });
 })();

@@ -1,0 +1,106 @@
+"""The booking form helps choose (issue 14, item 5): the price per GPU-hour beside the price
+per lot, the hardware choices with their lowest rate, only the environments that run on the
+chosen kind, "start on the earliest free date instead" and the other kinds free on the
+requested date, each one click away (and working without JavaScript)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from reservations import availability
+from reservations.forms import PlanForm
+from reservations.quotes import per_gpu_hour, quote
+from reservations.services import place_order
+from tests.conftest import Inventory, RequestFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def plan(**fields: object) -> dict[str, object]:
+    return {
+        "kind": "h200",
+        "lot_count": 1,
+        "window_days": 7,
+        "start_date": (timezone.now().date() + timedelta(days=5)).isoformat(),
+        "environment": "pytorch-2.9-cuda-12.8",
+        "usage_mode": "distributed",
+        "hypothesis": "shorter_step",
+        **fields,
+    }
+
+
+def test_a_lot_costs_so_much_per_gpu_hour() -> None:
+    assert per_gpu_hour(Decimal("1130.00"), 7) == Decimal("3.36")  # 1130 / (7 × 24 × 2)
+    assert per_gpu_hour(Decimal("4320.00"), 30) == Decimal("3.00")
+
+
+def test_the_quote_gives_the_rate_and_the_other_kinds_on_that_date(
+    inventory: Inventory,
+) -> None:
+    day = timezone.now().date() + timedelta(days=5)
+    found = quote(kind="h200", window_days=7, lot_count=1, start_date=day)
+    assert found.per_gpu_hour_usd == Decimal("3.36")
+    others = {alt.kind.slug: alt for alt in found.alternatives}
+    assert set(others) == {"b200", "mi300x"}
+    assert (others["b200"].free_lots, others["b200"].unit_price_usd) == (1, Decimal("1610.00"))
+    assert others["mi300x"].per_gpu_hour_usd == Decimal("2.38")  # 800 / 336
+
+
+def test_a_full_date_offers_the_earliest_start_and_the_kinds_free_then(
+    inventory: Inventory, make_request: RequestFactory, client: Client
+) -> None:
+    starts = availability.handover(timezone.now().date() + timedelta(days=5))
+    for _ in inventory.h200_lots:
+        place_order(make_request(kind="h200", window_days=7, starts_at=starts))
+    data = plan(start_date=starts.date().isoformat())
+    html = client.post("/en/book/", {**data, "refresh": "1"}).content.decode()
+    button = re.search(r'name="use_start" value="([0-9-]+)"', html)
+    assert button is not None, "no 'start on … instead' button"
+    assert 'data-switch-kind="b200"' in html  # the B200 lot is free on that date
+
+    # Without JavaScript the button posts the form: the page comes back with that start.
+    again = client.post("/en/book/", {**data, "use_start": button.group(1)})
+    assert again.status_code == 200
+    page = again.content.decode()
+    assert f'value="{button.group(1)}"' in page
+    assert "lots free for this window" in page or "lot free for this window" in page
+
+    switched = client.post("/en/book/", {**data, "switch_kind": "b200"}).content.decode()
+    assert re.search(r'value="b200"[^>]*checked|checked[^>]*value="b200"', switched)
+    assert "1 lot free for this window." in switched
+
+
+def test_the_hardware_choices_say_their_lowest_rate(inventory: Inventory) -> None:
+    labels = dict(PlanForm().fields["kind"].choices)  # type: ignore[attr-defined]
+    assert labels["h200"] == "2× NVIDIA H200 141 GB · from $3.00 per GPU-hour"  # 30 days
+
+
+def test_only_the_environments_of_the_chosen_kind_are_offered(inventory: Inventory) -> None:
+    html = str(PlanForm(initial={"kind": "h200"})["environment"])
+    rocm = re.search(r"<option[^>]*pytorch-2\.9-rocm-6\.4[^>]*>", html)
+    cuda = re.search(r"<option[^>]*pytorch-2\.9-cuda-12\.8[^>]*>", html)
+    assert rocm is not None
+    assert cuda is not None
+    assert "disabled" in rocm.group(0)
+    assert 'data-kinds="mi300x"' in rocm.group(0)
+    assert "disabled" not in cuda.group(0)
+    html = str(PlanForm(initial={"kind": "mi300x"})["environment"])
+    cuda = re.search(r"<option[^>]*pytorch-2\.9-cuda-12\.8[^>]*>", html)
+    assert cuda is not None
+    assert "disabled" in cuda.group(0)
+
+    form = PlanForm(data=plan(kind="h200", environment="pytorch-2.9-rocm-6.4"))
+    assert not form.is_valid()  # the server refuses it, whatever the page did
+    assert "environment" in form.errors
+
+
+def test_the_landing_page_shows_the_rate_per_gpu_hour(inventory: Inventory, client: Client) -> None:
+    html = client.get("/en/").content.decode()
+    assert "$3.36 per GPU-hour" in html  # H200, 7 days
+    assert 'class="scroll-hint"' in html
