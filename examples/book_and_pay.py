@@ -30,20 +30,36 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
+THROTTLED_TRIES = 5
+"""How often a throttled request (429) is sent again, after the wait the server asks for."""
+
+
 def call(url: str, token: str, method: str = "GET", body: Any = None, key: str = "") -> Any:
-    request = urllib.request.Request(url, method=method)
-    request.add_header("Authorization", f"Bearer {token}")
-    if body is not None:
-        request.add_header("Content-Type", "application/json")
-        request.data = json.dumps(body).encode()
-    if key:
-        request.add_header("Idempotency-Key", key)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        problem = json.loads(error.read())
-        sys.exit(f"{method} {url}: {error.code} {problem['code']}: {problem['detail']}")
+    """One API request; a 429 is waited out as its Retry-After says (a few times), any other
+    error ends the script with the server's code and detail."""
+    for attempt in range(THROTTLED_TRIES + 1):
+        request = urllib.request.Request(url, method=method)
+        request.add_header("Authorization", f"Bearer {token}")
+        if body is not None:
+            request.add_header("Content-Type", "application/json")
+            request.data = json.dumps(body).encode()
+        if key:
+            request.add_header("Idempotency-Key", key)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            problem = json.loads(error.read() or b"{}")
+            if error.code == 429 and attempt < THROTTLED_TRIES:
+                wait = float(error.headers.get("Retry-After") or 1)
+                print(f"throttled: waiting {wait:g} s as the server asks", file=sys.stderr)
+                time.sleep(min(max(wait, 0.1), 60))
+                continue
+            sys.exit(
+                f"{method} {url}: {error.code} {problem.get('code', '')}: "
+                f"{problem.get('detail', '')}"
+            )
+    raise AssertionError("unreachable")
 
 
 def wait_until_active(

@@ -131,3 +131,39 @@ def earliest_handover(
     """The earliest handover at or after ``not_before`` with ``lot_count`` lots free for the
     window: the next start the pages offer, since they book whole days."""
     return earliest_start(kind, window_days, lot_count, not_before, align=next_handover)
+
+
+def start_calendar(
+    kind: HardwareKind | int, window_days: int, first_day: date, days: int
+) -> list[tuple[date, int]]:
+    """Each day from ``first_day`` for ``days`` days, with how many lots of ``kind`` are free
+    for a window of ``window_days`` handed over that day: the calendar of free start dates.
+
+    Two queries whatever the number of days (the lots, and their holds in the range), the
+    same overlap as the exclusion constraint's ([start, end + turnaround))."""
+    lot_ids = list(bookable_lots(kind).values_list("pk", flat=True))
+    first = handover(first_day)
+    length = timedelta(days=window_days) + settings.RESERVATION_TURNAROUND
+    last = handover(first_day + timedelta(days=days - 1)) + length
+    busy: dict[int, list[tuple[datetime, datetime | None]]] = defaultdict(list)
+    holds = Hold.objects.filter(
+        lot_id__in=lot_ids,
+        status__in=Hold.COUNTING,
+        period__overlap=DateTimeTZRange(first, last, "[)"),
+    ).values_list("lot_id", "period")
+    for lot_id, period in holds:
+        busy[lot_id].append((period.lower, period.upper))
+    calendar = []
+    for offset in range(days):
+        day = first_day + timedelta(days=offset)
+        start = handover(day)
+        stop = start + length
+        free = sum(
+            1
+            for lot_id in lot_ids
+            if not any(
+                lower < stop and (upper is None or start < upper) for lower, upper in busy[lot_id]
+            )
+        )
+        calendar.append((day, free))
+    return calendar

@@ -6,11 +6,12 @@ Read-only, a handful of queries, safe to call on every keystroke.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
+from django.utils.dates import WEEKDAYS_ABBR
 
 from reservations import availability
 from reservations.advisor import Advice, AdvisorError, advise
@@ -38,6 +39,27 @@ class Alternative:
         return self.free_lots > 0
 
 
+CALENDAR_DAYS = 28
+"""How far the calendar of free start dates looks ahead (four weeks)."""
+
+
+@dataclass(frozen=True)
+class CalendarDay:
+    day: date
+    free_lots: int
+    enough: bool
+    chosen: bool
+
+
+def _weeks(days: list[CalendarDay]) -> tuple[tuple[CalendarDay | None, ...], ...]:
+    """The days as weeks from Monday, the first week padded with None before its first day."""
+    if not days:
+        return ()
+    slots: list[CalendarDay | None] = [None] * days[0].day.weekday() + list(days)
+    slots += [None] * (-len(slots) % 7)
+    return tuple(tuple(slots[i : i + 7]) for i in range(0, len(slots), 7))
+
+
 @dataclass(frozen=True)
 class Quote:
     kind: HardwareKind | None
@@ -57,8 +79,15 @@ class Quote:
     advice_error: str | None = None
     alternatives: tuple[Alternative, ...] = ()
     """The other offered kinds for this window and start (free lots and price each)."""
+    calendar: tuple[tuple[CalendarDay | None, ...], ...] = ()
+    """The chosen kind's free start dates for the next weeks, as weeks from Monday."""
     refusals: tuple[str, ...] = ()
     """Why this start or lot count cannot be booked at all (then nothing is looked up)."""
+
+    @property
+    def weekdays(self) -> list[str]:
+        """Monday to Sunday, abbreviated in the current language (the calendar's columns)."""
+        return [str(WEEKDAYS_ABBR[i]) for i in range(7)]
 
     @property
     def available(self) -> bool:
@@ -130,6 +159,15 @@ def quote(
                 Decimal("0.01")
             ),
             per_gpu_hour_usd=per_gpu_hour(price.amount_usd, window, hardware.cards_per_lot),
+        )
+    if window is not None and lot_count <= result["bookable_lots"]:
+        first = (now + timedelta(days=1)).date()  # the first day whose handover is ahead
+        chosen_day = starts_at.date() if starts_at is not None else None
+        result["calendar"] = _weeks(
+            [
+                CalendarDay(day, free, free >= lot_count, day == chosen_day)
+                for day, free in availability.start_calendar(hardware, window, first, CALENDAR_DAYS)
+            ]
         )
     if window is not None and starts_at is not None and not refusals:
         free = availability.free_lots(hardware, starts_at, window).count()

@@ -76,6 +76,16 @@ def test_a_full_date_offers_its_earliest_start_and_the_kinds_free_then(
     expect(page.get_by_test_id("availability")).to_have_class("ok")
     shots(page, "switched")
     assert axe_violations(page) == []
+
+    # The calendar of free start dates: a free day is one click away.
+    free_day = page.locator('[data-testid="calendar"] button.day.free').last
+    chosen = free_day.get_attribute("value") or ""
+    free_day.click()
+    expect(page.locator("#id_start_date")).to_have_value(chosen)
+    current = page.locator('[data-testid="calendar"] [aria-current="date"]')
+    expect(current).to_contain_text(str(int(chosen[-2:])))  # the new quote marks it
+    expect(current).to_have_count(1)
+    shots(page, "calendar-day")
     page.context.close()
 
 

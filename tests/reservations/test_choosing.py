@@ -104,3 +104,32 @@ def test_the_landing_page_shows_the_rate_per_gpu_hour(inventory: Inventory, clie
     html = client.get("/en/").content.decode()
     assert "$3.36 per GPU-hour" in html  # H200, 7 days
     assert 'class="scroll-hint"' in html
+
+
+def test_the_calendar_marks_the_start_dates_with_enough_free_lots(
+    inventory: Inventory, make_request: RequestFactory, client: Client
+) -> None:
+    from reservations.quotes import CALENDAR_DAYS
+
+    starts = availability.handover(timezone.now().date() + timedelta(days=5))
+    for _ in inventory.h200_lots:  # both H200 lots taken for 7 days from day 5
+        place_order(make_request(kind="h200", window_days=7, starts_at=starts))
+    found = quote(kind="h200", window_days=3, lot_count=1, start_date=None)
+    days = [slot for week in found.calendar for slot in week if slot is not None]
+    assert len(days) == CALENDAR_DAYS
+    assert all(len(week) == 7 for week in found.calendar)
+    assert found.calendar[0].index(days[0]) == days[0].day.weekday()  # weeks from Monday
+    by_day = {slot.day: slot for slot in days}
+    taken = starts.date()
+    # A 3-day window (+ turnaround) must end before the booking starts, and start after it
+    # (and its turnaround) ends.
+    assert by_day[taken].free_lots == 0
+    assert not by_day[taken].enough
+    assert by_day[taken - timedelta(days=1)].free_lots == 0  # would run into the booking
+    assert by_day[taken - timedelta(days=4)].enough
+    assert by_day[taken + timedelta(days=8)].enough
+    assert by_day[taken + timedelta(days=8)].free_lots == 2
+
+    html = client.post("/en/book/", {**plan(window_days=3), "refresh": "1"}).content.decode()
+    assert f'data-use-start="{(taken + timedelta(days=8)).isoformat()}"' in html
+    assert f'data-use-start="{taken.isoformat()}"' not in html
