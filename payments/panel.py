@@ -11,7 +11,8 @@ import segno
 from django.conf import settings
 from django.utils import timezone
 
-from payments.models import Invoice, Transfer
+from payments.models import Asset, Chain, Invoice, Transfer
+from payments.networks import PRESETS
 
 
 @dataclass(frozen=True)
@@ -20,11 +21,19 @@ class Panel:
     amount_due: Decimal
     amount_seen: Decimal
     outstanding: Decimal
+    """What is still to pay (the amount due less what arrived): what the amount line, its
+    Copy button, the QR code and the wallet link ask for."""
     to_refund: Decimal
     claim_amount: Decimal | None
     confirmations: int
     confirmations_needed: int
     qr_svg: str
+    uri: str
+    """The EIP-681 request for what is still to pay (the QR code's content, "Open in wallet")."""
+    fee_coin: str
+    """The chain's own coin, which pays the network fee (a token transfer needs some)."""
+    seconds_left: int
+    """Until the invoice's deadline, as of this rendering (0 once past)."""
     delayed_since: datetime | None
     """Since when checking is delayed (None: it is not); see ``delayed_since``."""
 
@@ -32,16 +41,46 @@ class Panel:
     def symbol(self) -> str:
         return self.invoice.asset.symbol
 
+    @property
+    def partly_paid(self) -> bool:
+        """Some money arrived, not all of it, and the invoice still takes the rest."""
+        return (
+            self.invoice.status in Invoice.OPEN_STATUSES
+            and self.invoice.amount_seen > 0
+            and self.invoice.amount_outstanding > 0
+        )
+
+    @property
+    def asks_for_payment(self) -> bool:
+        """The invoice is open and something is still to pay: the amount, address, QR code
+        and wallet link are shown (a payment in full that is confirming asks for nothing)."""
+        return self.invoice.status in Invoice.OPEN_STATUSES and self.invoice.amount_outstanding > 0
+
 
 def payment_uri(invoice: Invoice) -> str:
-    """EIP-681: what a wallet scanning the QR code should pay."""
+    """EIP-681: what a wallet scanning the QR code (or following "Open in wallet") should
+    pay — what is still due, in exact base units, so that a researcher who paid part of it
+    is never asked for the whole amount again."""
     asset = invoice.asset
     chain_id = asset.chain.chain_id
     address = invoice.deposit_address.address
-    due = int(invoice.amount_due)
+    remaining = int(invoice.amount_outstanding)
     if asset.is_native:
-        return f"ethereum:{address}@{chain_id}?value={due}"
-    return f"ethereum:{asset.contract_address}@{chain_id}/transfer?address={address}&uint256={due}"
+        return f"ethereum:{address}@{chain_id}?value={remaining}"
+    return (
+        f"ethereum:{asset.contract_address}@{chain_id}/transfer"
+        f"?address={address}&uint256={remaining}"
+    )
+
+
+def fee_coin(chain: Chain) -> str:
+    """The coin a transfer's network fee is paid in on ``chain``: its preset's native coin,
+    else the native coin configured on it (the dev chain's ETH), else ETH."""
+    for preset in PRESETS.values():
+        if preset.chain_id == chain.chain_id:
+            return preset.native_symbol
+    native = Asset.objects.filter(chain=chain, contract_address="").values_list("symbol", flat=True)
+    return native.first() or "ETH"
 
 
 def confirmations(invoice: Invoice) -> int:
@@ -74,10 +113,12 @@ def delayed_since(invoice: Invoice, now: datetime | None = None) -> datetime | N
     return last_ok if invoice.check_delayed else None
 
 
-def panel_for(invoice: Invoice) -> Panel:
+def panel_for(invoice: Invoice, now: datetime | None = None) -> Panel:
+    now = now or timezone.now()
     asset = invoice.asset
     chain = asset.chain
-    qr = segno.make(payment_uri(invoice), error="m")
+    uri = payment_uri(invoice)
+    qr = segno.make(uri, error="m")
     return Panel(
         invoice=invoice,
         amount_due=asset.from_units(invoice.amount_due),
@@ -90,5 +131,8 @@ def panel_for(invoice: Invoice) -> Panel:
         confirmations=confirmations(invoice),
         confirmations_needed=chain.confirmations,
         qr_svg=qr.svg_inline(scale=4, dark="#1b1d22", light="#ffffff"),
-        delayed_since=delayed_since(invoice),
+        uri=uri,
+        fee_coin="" if asset.is_native else fee_coin(chain),
+        seconds_left=max(0, int((invoice.expires_at - now).total_seconds())),
+        delayed_since=delayed_since(invoice, now),
     )

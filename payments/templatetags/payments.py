@@ -24,12 +24,13 @@ def panel_context(order: Order) -> dict[str, Any]:
         if invoice_id
         else None
     )
+    now = timezone.now()
     return {
         "order": order,
-        "panel": panel_for(invoice) if invoice else None,
+        "panel": panel_for(invoice, now) if invoice else None,
         "assets": services.offered_assets(),
         "refunds": refunds.lines_for(order),
-        "now": timezone.now(),
+        "now": now,
     }
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import html as html_module
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
+import segno
 from django.core import mail
 from django.test import Client
 from django.utils import timezone
@@ -14,6 +17,7 @@ from payments import services
 from payments.models import Chain, Invoice
 from reservations.models import Order
 from reservations.services import expire_unpaid_holds
+from reservations.templatetags.money import units
 from tests.conftest import Payments
 
 pytestmark = pytest.mark.django_db
@@ -76,7 +80,7 @@ def test_the_panel_shows_progress_partial_payment_and_delays(
     payments.dev.pay_invoice(invoice, invoice.asset.from_units(invoice.amount_due) / 2)
     services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     html = client.get(f"{base(order)}/").content.decode()
-    assert "Payment seen: 1 of 2 confirmations." in html
+    assert "Partly paid: 250 USDC still due." in html
     assert "250 USDC received; 250 USDC still due." in html
     Invoice.objects.filter(pk=invoice.pk).update(check_delayed=True)
     assert "Checking is delayed" in client.get(f"{base(order)}/").content.decode()
@@ -185,3 +189,137 @@ def test_the_operator_desk_lists_invoices_and_accepts_a_late_payment(
         f"/admin/payments/invoice/{invoice.pk}/change/",
     ):
         assert client.get(page_url).status_code == 200
+
+
+def pay_part(payments: Payments, invoice: Invoice, share: Decimal) -> int:
+    """Pays ``share`` of the invoice from the dev wallet and lets the scanner see it; the
+    base units still due."""
+    asset = invoice.asset
+    paid = asset.from_units(invoice.amount_due) * share
+    payments.dev.pay_invoice(invoice, paid)
+    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    return int(invoice.amount_due) - asset.to_units(paid)
+
+
+def qr_of(uri: str) -> str:
+    return segno.make(uri, error="m").svg_inline(scale=4, dark="#1b1d22", light="#ffffff")
+
+
+def test_after_a_partial_token_payment_everything_asks_only_for_what_is_still_due(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    remaining = pay_part(payments, invoice, Decimal("0.3"))
+    invoice.refresh_from_db()
+    assert invoice.exception == Invoice.EXCEPTION_PAID_PARTIAL
+    still_due = units(payments.usdc.from_units(remaining))
+    seen = units(payments.usdc.from_units(invoice.amount_seen))
+    uri = (
+        f"ethereum:{payments.usdc.contract_address}@{payments.chain.chain_id}/transfer"
+        f"?address={invoice.deposit_address.address}&uint256={remaining}"
+    )
+    html = client.get(f"{base(order)}/").content.decode()
+    assert f"Partly paid: {still_due} USDC still due." in html
+    assert f"{seen} USDC received; {still_due} USDC still due." in html
+    assert f'<code id="pay-amount" data-testid="amount">{still_due}</code> USDC' in html
+    assert f'href="{html_module.escape(uri)}"' in html  # "Open in wallet"
+    assert qr_of(uri) in html  # the QR code holds the same request
+    assert f"uint256={int(invoice.amount_due)}" not in html  # the full amount: nowhere
+    assert "Payment seen" not in html  # no "all is well" headline
+
+
+def test_after_a_partial_eth_payment_the_wallet_request_is_the_wei_still_due(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    services.refresh_prices(payments.chain)
+    invoice = services.create_invoice(order, payments.eth)
+    remaining = pay_part(payments, invoice, Decimal("0.25"))
+    uri = f"ethereum:{invoice.deposit_address.address}@{payments.chain.chain_id}?value={remaining}"
+    html = client.get(f"{base(order)}/").content.decode()
+    still_due = units(payments.eth.from_units(remaining))
+    assert f'<code id="pay-amount" data-testid="amount">{still_due}</code> ETH' in html
+    assert f'href="{html_module.escape(uri)}"' in html
+    assert qr_of(uri) in html
+    assert f"value={int(invoice.amount_due)}" not in html
+
+
+def test_a_token_invoice_says_the_network_fee_needs_the_chains_own_coin(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    services.refresh_prices(payments.chain)
+    services.create_invoice(order, payments.usdc)
+    html = client.get(f"{base(order)}/").content.decode()
+    assert (
+        "To send USDC, you also need a little ETH on Local dev chain (anvil) for the network fee."
+        in html
+    )
+    services.create_invoice(order, payments.eth)
+    assert 'data-testid="fee-note"' not in client.get(f"{base(order)}/").content.decode()
+
+
+def test_the_fee_coin_is_the_presets_native_coin(payments: Payments) -> None:
+    from payments.networks import POLYGON
+    from payments.panel import fee_coin
+
+    assert fee_coin(payments.chain) == "ETH"  # the dev chain's configured native coin
+    Chain.objects.filter(pk=payments.chain.pk).update(chain_id=POLYGON.chain_id)
+    assert fee_coin(Chain.objects.get(pk=payments.chain.pk)) == POLYGON.native_symbol
+
+
+def test_without_javascript_there_is_no_dead_button_and_the_deadline_is_written_out(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    html = client.get(f"{base(order)}/").content.decode()
+    copies = [line for line in html.splitlines() if 'class="secondary copy"' in line]
+    assert len(copies) == 2
+    assert all(" hidden>" in line for line in copies)
+    deadline = timezone.localtime(invoice.expires_at).isoformat()
+    assert f'<time datetime="{deadline}" data-testid="time-left" data-countdown' in html
+    left = int((invoice.expires_at - timezone.now()).total_seconds())
+    shown = int(html.split('data-seconds-left="')[1].split('"')[0])
+    assert left - 5 <= shown <= left + 1
+
+
+def test_a_payment_in_full_that_is_confirming_asks_for_nothing_more(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    payments.dev.pay_invoice(invoice)
+    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    html = client.get(f"{base(order)}/").content.decode()
+    assert "Payment seen: 1 of 2 confirmations." in html
+    assert 'data-testid="amount"' not in html
+    assert "ethereum:" not in html
+    assert "<svg" not in html
+
+
+def test_the_panel_is_never_kept_by_a_cache(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    services.create_invoice(order, payments.usdc)
+    response = client.get(f"{base(order)}/")
+    assert "no-store" in response["Cache-Control"]
+
+
+def test_an_unpaid_order_puts_its_payment_panel_first_on_a_phone(
+    client: Client, order: Order
+) -> None:
+    assert 'class="quote-panel pay-first"' in page(client, order)
+    Order.objects.filter(pk=order.pk).update(status=Order.STATUS_CANCELLED)
+    assert 'class="quote-panel"' in page(client, order)
+
+
+def test_an_invoice_that_expired_partly_paid_says_so_and_asks_for_nothing(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    invoice = services.create_invoice(order, payments.usdc)
+    pay_part(payments, invoice, Decimal("0.5"))
+    Invoice.objects.filter(pk=invoice.pk).update(
+        status=Invoice.STATUS_EXPIRED, exception=Invoice.EXCEPTION_PAID_PARTIAL
+    )
+    html = client.get(f"{base(order)}/").content.decode()
+    assert "This invoice expired before the full amount arrived." in html
+    assert "before a payment arrived" not in html
+    assert "still due" not in html
+    assert "ethereum:" not in html
