@@ -116,15 +116,36 @@ class AdvisorQuery(StrictSerializer):
     )
     precision = serializers.ChoiceField(choices=Precision.values)
     workload = serializers.ChoiceField(choices=Workload.values)
+    seq_len = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_SEQ_LEN, help_text="Tokens per sample (2048)"
+    )
+    micro_batch = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_MICRO_BATCH,
+        help_text="Samples (sequences) per card and step (1)",
+    )
 
 
 class KindFitSerializer(serializers.Serializer):
     kind_slug = serializers.CharField()
     kind_name = serializers.CharField()
-    memory_per_card_gb = serializers.IntegerField()
+    memory_per_card_gb = serializers.IntegerField(help_text="Nameplate, as marketed")
+    usable_per_card_gb = serializers.FloatField(help_text="What the job may use, GB (10⁹ B)")
     fits_one_card = serializers.BooleanField()
     fits_sharded = serializers.BooleanField()
+    tight = serializers.BooleanField(help_text="Fits with less than a tenth to spare")
     verdict = serializers.CharField()
+
+
+class SuggestionSerializer(serializers.Serializer):
+    code = serializers.ChoiceField(
+        choices=["lora", "qlora", "fp8", "int8", "int4", "inference", "more_lots"]
+    )
+    per_card_gb = serializers.FloatField()
+    kind_slug = serializers.CharField(allow_null=True)
+    verdict = serializers.CharField()
+    lots = serializers.IntegerField()
 
 
 class AdviceSerializer(serializers.Serializer):
@@ -135,7 +156,14 @@ class AdviceSerializer(serializers.Serializer):
     model_state_gb = serializers.FloatField()
     replicated_per_card_gb = serializers.FloatField()
     sharded_per_card_gb = serializers.FloatField()
+    seq_len = serializers.IntegerField()
+    micro_batch = serializers.IntegerField()
+    activations_gb = serializers.FloatField(
+        help_text="Training activations, or the inference KV cache, per card"
+    )
     fits = KindFitSerializer(many=True)
+    reasons = serializers.ListField(child=serializers.CharField())
+    suggestions = SuggestionSerializer(many=True)
     recommended_kind = serializers.CharField(allow_null=True)
     assumptions = serializers.ListField(child=serializers.CharField())
 

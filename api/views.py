@@ -133,7 +133,13 @@ class AdvisorView(APIView):
         query.is_valid(raise_exception=True)
         data = query.validated_data
         try:
-            advice = advise(data["params_billion"], data["precision"], data["workload"])
+            advice = advise(
+                data["params_billion"],
+                data["precision"],
+                data["workload"],
+                seq_len=data.get("seq_len"),
+                micro_batch=data.get("micro_batch"),
+            )
         except AdvisorError as exc:
             raise BookingRefused({"params_billion": [refusal(exc.code)]}) from None
         body = {

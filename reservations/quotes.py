@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.dates import WEEKDAYS_ABBR
 
 from reservations import availability
-from reservations.advisor import Advice, AdvisorError, advise
+from reservations.advisor import Advice, AdvisorError, Context, advise
 from reservations.errors import MESSAGES
 from reservations.models import Environment, HardwareKind, Price, Window
 from reservations.validation import MAX_LOT_COUNT, start_refusal
@@ -108,6 +108,8 @@ def quote(
     params_billion: Decimal | None = None,
     precision: str = "",
     workload: str = "",
+    seq_len: int | None = None,
+    micro_batch: int | None = None,
     now: datetime | None = None,
 ) -> Quote:
     """Price, free lots (and the earliest start when too few), environment fit, advice."""
@@ -123,7 +125,18 @@ def quote(
     refused_start = start_refusal(starts_at, now) if starts_at is not None else None
     if refused_start is not None:
         refusals.extend(refused_start.messages)
-    advice, advice_error = _advice(params_billion, precision, workload)
+    advice, advice_error = _advice(
+        params_billion,
+        precision,
+        workload,
+        seq_len,
+        micro_batch,
+        window,
+        starts_at,
+        environment,
+        lot_count,
+        refusals,
+    )
     if hardware is None:
         return Quote(
             None,
@@ -206,11 +219,51 @@ def _alternatives(
 
 
 def _advice(
-    params_billion: Decimal | None, precision: str, workload: str
+    params_billion: Decimal | None,
+    precision: str,
+    workload: str,
+    seq_len: int | None,
+    micro_batch: int | None,
+    window: int | None,
+    starts_at: datetime | None,
+    environment: str,
+    lot_count: int,
+    refusals: list[str],
 ) -> tuple[Advice | None, str | None]:
+    """The advisor's answer, its recommendation weighing the price per GPU-hour for the
+    window, the lots free on the date and the chosen environment (one query each)."""
     if params_billion is None or not precision or not workload:
         return None, None
+    kinds = list(HardwareKind.objects.filter(is_offered=True).prefetch_related("prices"))
+    rates = {
+        kind.slug: per_gpu_hour(price.amount_usd, price.window_days, kind.cards_per_lot)
+        for kind in kinds
+        for price in kind.prices.all()
+        if price.window_days == window
+    }
+    free: dict[str, int] = {}
+    if window is not None and starts_at is not None and not refusals:
+        counts = availability.free_lot_counts(starts_at, window)
+        free = {kind.slug: counts.get(kind.pk, 0) for kind in kinds}
+    env = Environment.objects.filter(slug=environment, is_offered=True).first()
+    context = Context(
+        per_gpu_hour=rates,
+        free_lots=free,
+        environment_kinds=(
+            frozenset(env.compatible_kinds.values_list("slug", flat=True)) if env else None
+        ),
+        lot_count=lot_count,
+    )
     try:
-        return advise(params_billion, precision, workload), None
+        advice = advise(
+            params_billion,
+            precision,
+            workload,
+            kinds,
+            seq_len=seq_len,
+            micro_batch=micro_batch,
+            context=context,
+        )
     except AdvisorError as exc:
         return None, exc.code
+    return advice, None

@@ -119,6 +119,8 @@ QUOTE_FIELDS = (
     "model_params_billion",
     "model_precision",
     "model_workload",
+    "model_seq_len",
+    "model_micro_batch",
 )
 
 
@@ -130,7 +132,7 @@ def book_quote(request: HttpRequest) -> HttpResponse:
     form state in the same language. A start or lot count that cannot be booked at all is
     answered 400, with the reason in the fragment (the page shows it as any other)."""
     state = "&".join(f"{name}={request.GET.get(name, '')[:40]}" for name in QUOTE_FIELDS)
-    key = "quote:v2:" + hashlib.sha256(f"{get_language()}|{state}".encode()).hexdigest()
+    key = "quote:v3:" + hashlib.sha256(f"{get_language()}|{state}".encode()).hexdigest()
     cached = cache.get(key)
     if cached is None:
         found = _quote_from(request.GET)
@@ -151,6 +153,8 @@ def _quote_from(data: Any) -> Any:
         params_billion=_decimal(data.get("model_params_billion")),
         precision=str(data.get("model_precision") or ""),
         workload=str(data.get("model_workload") or ""),
+        seq_len=_int(data.get("model_seq_len")),
+        micro_batch=_int(data.get("model_micro_batch")),
     )
 
 
