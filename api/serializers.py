@@ -13,10 +13,14 @@ from payments.models import Invoice, Refund
 from payments.services import CLAIM_RESULTS
 from provisioning.models import ProvisioningJob
 from reservations.models import (
+    CHECK_LIMIT,
+    MAX_CHECKPOINTS,
     MAX_MICRO_BATCH,
     MAX_SEQ_LEN,
     MODEL_MICRO_BATCH,
     MODEL_SEQ_LEN,
+    Checkpoint,
+    EarlyEndRequest,
     Environment,
     HardwareKind,
     Hypothesis,
@@ -168,6 +172,13 @@ class AdviceSerializer(serializers.Serializer):
     assumptions = serializers.ListField(child=serializers.CharField())
 
 
+class CheckpointPlanSerializer(StrictSerializer):
+    date = serializers.DateField(help_text="A day within the window (UTC)")
+    check = serializers.CharField(
+        max_length=CHECK_LIMIT, validators=[refuse_bidi_controls], help_text="What is checked"
+    )
+
+
 class OrderCreateSerializer(StrictSerializer):
     """The same fields as the booking pages; every rule is checked by place_order."""
 
@@ -215,13 +226,52 @@ class OrderCreateSerializer(StrictSerializer):
         max_value=MAX_MICRO_BATCH,
         help_text=f"Samples per card and step (default {MODEL_MICRO_BATCH})",
     )
-    checkpoints = serializers.CharField(
-        required=False, allow_blank=True, max_length=TEXT_LIMITS["checkpoints"]
+    checkpoints = serializers.ListField(
+        child=CheckpointPlanSerializer(),
+        required=False,
+        max_length=MAX_CHECKPOINTS,
+        help_text=f"For a 30-day window: 1 to {MAX_CHECKPOINTS} checkpoints, each a day within "
+        "the window",
     )
     abort_criteria = serializers.CharField(
         required=False, allow_blank=True, max_length=TEXT_LIMITS["abort_criteria"]
     )
     language = serializers.ChoiceField(choices=["en", "de", "fr"], required=False, default="en")
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    date = serializers.DateField(source="due_on", help_text="The checkpoint's day (UTC)")
+    check = serializers.CharField(source="what", help_text="What is checked that day")
+
+    class Meta:
+        model = Checkpoint
+        fields = (
+            "position",
+            "date",
+            "check",
+            "reminder_sent_at",
+            "outcome",
+            "outcome_note",
+            "outcome_recorded_at",
+        )
+
+
+class EarlyEndRequestSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = EarlyEndRequest
+        fields = ("requested_at", "reason", "handled_at", "handling_note")
+
+
+class OutcomeSerializer(StrictSerializer):
+    outcome = serializers.ChoiceField(choices=Checkpoint.Outcome.values)
+    note = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=2000,
+        validators=[refuse_bidi_controls],
+        help_text="Needed to adjust or stop",
+    )
 
 
 class OrderSerializer(serializers.ModelSerializer):
@@ -232,6 +282,13 @@ class OrderSerializer(serializers.ModelSerializer):
         slug_field="slug", read_only=True
     )
     page_url = serializers.SerializerMethodField()
+    checkpoints = CheckpointSerializer(
+        source="campaign_checkpoints",
+        many=True,
+        read_only=True,
+        help_text="A 30-day campaign's checkpoints with their outcomes (else empty)",
+    )
+    early_end_requests = EarlyEndRequestSerializer(many=True, read_only=True)
 
     class Meta:
         model = Order
@@ -252,6 +309,9 @@ class OrderSerializer(serializers.ModelSerializer):
             "model_workload",
             "model_seq_len",
             "model_micro_batch",
+            "checkpoints",
+            "abort_criteria",
+            "early_end_requests",
             "unit_price_usd",
             "total_usd",
             "hold_expires_at",

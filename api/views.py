@@ -36,10 +36,10 @@ from payments.rpc import RpcError, RpcUnavailable
 from provisioning import access
 from provisioning.models import ProvisioningJob
 from provisioning.services import accounts_for
-from reservations import availability, fairness, services
+from reservations import availability, campaign, fairness, services
 from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
-from reservations.models import Environment, HardwareKind, Order, Price
+from reservations.models import Checkpoint, Environment, HardwareKind, Order, Price
 from reservations.validation import OrderRequest
 
 ERROR = inline_serializer(
@@ -169,7 +169,11 @@ class OrdersView(APIView):
         summary="Your orders",
     )
     def get(self, request: Request) -> Response:
-        orders = Order.objects.filter(user=_user(request)).select_related("kind", "environment")
+        orders = (
+            Order.objects.filter(user=_user(request))
+            .select_related("kind", "environment")
+            .prefetch_related("campaign_checkpoints", "early_end_requests")
+        )
         return Response(s.OrderSerializer(orders, many=True).data)
 
     @extend_schema(
@@ -257,6 +261,47 @@ class OrderView(APIView):
     )
     def get(self, request: Request, reference: str) -> Response:
         return Response(s.OrderSerializer(_own_order(request, reference)).data)
+
+
+class CheckpointOutcomeView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        request=s.OutcomeSerializer,
+        responses={
+            200: s.CheckpointSerializer,
+            400: ERRORS[400],
+            401: ERRORS[401],
+            404: OpenApiResponse(ERROR, "No such order among this token's, or no such checkpoint"),
+            409: OpenApiResponse(
+                ERROR,
+                "campaign_not_running, checkpoint_not_yet (its day has not come) or "
+                "outcome_recorded (once per checkpoint)",
+            ),
+        },
+        summary="Record a checkpoint's outcome (30-day campaigns)",
+    )
+    def post(self, request: Request, reference: str, position: int) -> Response:
+        order = _own_order(request, reference)
+        checkpoint = get_object_or_404(
+            Checkpoint.objects.select_related("order"), order=order, position=position
+        )
+        body = s.OutcomeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            checkpoint = campaign.record_outcome(
+                checkpoint,
+                outcome=body.validated_data["outcome"],
+                note=body.validated_data["note"],
+                actor=services.Actor.of(_user(request)),
+            )
+        except campaign.CampaignRefused as exc:
+            refused_input = exc.code in ("required", "too_long", "bidi_control", "invalid_choice")
+            return Response(
+                {"code": exc.code, "detail": str(exc)},
+                status=status.HTTP_400_BAD_REQUEST if refused_input else status.HTTP_409_CONFLICT,
+            )
+        return Response(s.CheckpointSerializer(checkpoint).data)
 
 
 class CancelView(APIView):

@@ -65,7 +65,8 @@ def book(base: str, attempt: int, kind: str, lots: int, window: int, start: date
         "contact_name": "Mallory",
         "contact_email": f"m{attempt}@attacker{attempt % 7}.example",
         "ssh_public_keys": SSH_KEY,
-        "checkpoints": "none",
+        "checkpoints-1-date": start.isoformat(),  # the window's first day
+        "checkpoints-1-check": "none",
         "abort_criteria": "none",
     }
     answer = session.post(

@@ -395,6 +395,35 @@ def needing_action(orders: QuerySet[Any], now: datetime | None = None) -> QueryS
     return marked.filter(waiting)
 
 
+def campaigns(now: datetime) -> Section:
+    """30-day campaigns waiting on the operator: early-end requests to answer, and
+    checkpoints whose outcome is overdue (reservations.campaign's conditions)."""
+    from django.db.models import Exists, OuterRef
+
+    from reservations import campaign
+    from reservations.models import Order
+
+    requested = campaign.open_early_end_requests().values("order")
+    overdue = campaign.outcomes_overdue(now).values("order")
+    rows = (
+        Order.objects.filter(Q(pk__in=requested) | Q(pk__in=overdue))
+        .annotate(early_end=Exists(requested.filter(order=OuterRef("pk"))))
+        .order_by("-early_end", "ends_at")
+    )
+    return _section(
+        "campaigns",
+        _("Campaigns: early-end requests and overdue outcomes"),
+        _("Answer an early-end request (the order's page lists it); ask for an overdue outcome."),
+        rows,
+        lambda o: Item(
+            o.reference,
+            _change(o),
+            str(_("asks to end early") if o.early_end else _("a checkpoint's outcome is overdue")),
+        ),
+        _changelist("reservations", "earlyendrequest", "handled_at__isempty=1"),
+    )
+
+
 def sections(now: datetime | None = None) -> list[Section]:
     now = now or timezone.now()
     return [
@@ -405,6 +434,7 @@ def sections(now: datetime | None = None) -> list[Section]:
         drifting_lots(),
         refused_host_keys(),
         revocations_overdue(now),
+        campaigns(now),
         chains(now),
         windows(now, opening=True),
         windows(now, opening=False),

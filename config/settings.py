@@ -277,6 +277,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
         "task": "reservations.tasks.send_missing_order_mails",
         "schedule": crontab(minute="*"),
     },
+    "checkpoint-reminders": {  # 30-day campaigns (reservations.campaign)
+        "task": "reservations.tasks.send_checkpoint_reminders",
+        "schedule": crontab(minute="*/5"),
+    },
     "access-tick": {  # open, close, resume and remind what is due (provisioning.schedule)
         "task": "provisioning.tasks.access_tick",
         # Every minute on the minute by default: windows start on the hour, so access opens

@@ -31,6 +31,7 @@ from provisioning import fleet
 from provisioning.admin import report_summary
 from provisioning.models import ProvisioningJob
 from reservations import inventory, services
+from reservations.campaign_admin import CheckpointInline, EarlyEndRequestInline
 from reservations.errors import InvalidTransition, MoveRefused
 from reservations.models import (
     CARDS_CONSTRAINT,
@@ -659,7 +660,14 @@ class OrderAdmin(admin.ModelAdmin):
         "Reference, e-mail, name, organisation; or a deposit address or transaction hash (whole)."
     )
     list_select_related = ("kind",)
-    inlines = (HoldInline, SshKeyInline, ProvisioningInline, EventInline)
+    inlines = (
+        HoldInline,
+        SshKeyInline,
+        ProvisioningInline,
+        CheckpointInline,
+        EarlyEndRequestInline,
+        EventInline,
+    )
     actions = ("approve_orders", "cancel_orders")
     change_form_template = "admin/reservations/order/change_form.html"
     fieldsets = (

@@ -51,6 +51,22 @@ MESSAGES = {
     ),
     "checkpoints_required": _("A 30-day campaign needs defined checkpoints."),
     "abort_criteria_required": _("A 30-day campaign needs abort criteria."),
+    "checkpoint_invalid": _(
+        "Checkpoint %(number)s needs a date (YYYY-MM-DD) and what is checked that day."
+    ),
+    "checkpoint_outside_window": _(
+        "Checkpoint %(number)s: choose a day within the window, %(first)s to %(last)s."
+    ),
+    "too_many_checkpoints": _("At most %(limit)s checkpoints."),
+    "checkpoint_too_long": _(
+        "Checkpoint %(number)s: say what is checked in at most %(limit)s characters."
+    ),
+    "campaign_not_running": _(
+        "Outcomes and early-end requests are for a 30-day campaign whose window is running."
+    ),
+    "checkpoint_not_yet": _("This checkpoint's day has not come yet."),
+    "outcome_recorded": _("The outcome of this checkpoint is already recorded."),
+    "early_end_open": _("An early end is already requested; the operator will answer."),
     "ssh_key_required": _("Add at least one SSH public key."),
     "ssh_too_many_keys": _("At most 10 SSH keys per order."),
     "ssh_private_key": _(

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.functional import lazy
+from django.utils.safestring import mark_safe
+from django.utils.text import format_lazy
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -19,6 +22,8 @@ from config.forms import AccessibleForm
 from reservations import availability
 from reservations.errors import MESSAGES, refusal
 from reservations.models import (
+    CHECK_LIMIT,
+    MAX_CHECKPOINTS,
     MAX_MICRO_BATCH,
     MAX_SEQ_LEN,
     MODEL_MICRO_BATCH,
@@ -37,6 +42,7 @@ from reservations.validation import (
     Errors,
     OrderRequest,
     catalogue_refusals,
+    checkpoint_days,
     contact_errors,
     plan_errors,
 )
@@ -260,6 +266,64 @@ class PlanForm(AccessibleForm):
         return timezone.now().date() + timedelta(days=1)
 
 
+class CheckpointRows(forms.Widget):
+    """Up to MAX_CHECKPOINTS rows of a day and what is checked then, each input labelled;
+    the rows beyond the first two fold away until used. Its value: one dict a row."""
+
+    template_name = "reservations/_checkpoint_rows.html"
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[dict[str, str]]:
+        return [
+            {
+                "date": str(data.get(f"{name}-{n}-date", "")),
+                "check": str(data.get(f"{name}-{n}-check", "")),
+            }
+            for n in range(1, MAX_CHECKPOINTS + 1)
+        ]
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return False
+
+    def get_context(self, name: str, value: Any, attrs: Any) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        entries = [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
+        rows = []
+        for n in range(1, MAX_CHECKPOINTS + 1):
+            entry = entries[n - 1] if n <= len(entries) else {}
+            rows.append(
+                {"number": n, "date": entry.get("date", ""), "check": entry.get("check", "")}
+            )
+        context["rows"] = rows
+        context["shown"], context["folded"] = rows[:2], rows[2:]
+        context["folded_open"] = any(row["date"] or row["check"] for row in rows[2:])
+        context["check_limit"] = CHECK_LIMIT
+        context["invalid"] = context["widget"]["attrs"].get("aria-invalid") == "true"
+        return context
+
+    def render(self, name: str, value: Any, attrs: Any = None, renderer: Any = None) -> Any:
+        # The project's templates, not the form renderer's (it sees only the apps' own).
+        context = self.get_context(name, value, attrs)
+        return mark_safe(render_to_string(self.template_name, context))  # noqa: S308
+
+
+class CheckpointsField(forms.Field):
+    """The campaign's checkpoints as the rules want them (validation.planned_checkpoints):
+    ``[{"date": "YYYY-MM-DD", "check": "…"}]``, the empty rows left out."""
+
+    widget = CheckpointRows
+
+    def to_python(self, value: Any) -> list[dict[str, str]]:
+        rows = value if isinstance(value, list) else []
+        entries = []
+        for row in rows:
+            if not isinstance(row, dict):
+                continue
+            day, check = str(row.get("date") or "").strip(), str(row.get("check") or "").strip()
+            if day or check:
+                entries.append({"date": day, "check": check})
+        return entries
+
+
 class ContactForm(AccessibleForm):
     """Step 2: who books, how they log in; for 30 days, the campaign's plan."""
 
@@ -278,27 +342,43 @@ class ContactForm(AccessibleForm):
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "autocomplete": "off"}),
         help_text=_("One per line, as in ~/.ssh/id_ed25519.pub. Never paste a private key."),
     )
-    checkpoints = forms.CharField(
+    checkpoints = CheckpointsField(
         label=_("Checkpoints"),
-        required=False,
-        max_length=TEXT_LIMITS["checkpoints"],
-        widget=forms.Textarea(attrs={"rows": 3}),
-        help_text=_("When, and what you will have measured by then."),
+        error_messages={"required": MESSAGES["checkpoints_required"]},
+        help_text=format_lazy(
+            _(
+                "At least one, at most {limit}: a day within the window and what you will "
+                "have measured by then. You get a reminder the day before and record the "
+                "outcome on the order page."
+            ),
+            limit=MAX_CHECKPOINTS,
+        ),
     )
     abort_criteria = forms.CharField(
         label=_("Abort criteria"),
-        required=False,
         max_length=TEXT_LIMITS["abort_criteria"],
+        error_messages={"required": MESSAGES["abort_criteria_required"]},
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text=_("What result ends the campaign early."),
     )
 
-    def __init__(self, *args: Any, window_days: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        window_days: int,
+        starts_at: datetime | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.window_days = window_days
+        self.starts_at = starts_at or timezone.now()
         if window_days != Window.THIRTY_DAYS:
             del self.fields["checkpoints"]
             del self.fields["abort_criteria"]
+        else:
+            first, last = checkpoint_days(self.starts_at)
+            widget = self.fields["checkpoints"].widget
+            widget.attrs.update(min=first.isoformat(), max=last.isoformat())
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -306,7 +386,7 @@ class ContactForm(AccessibleForm):
             kind="",
             lot_count=1,
             window_days=self.window_days,
-            starts_at=timezone.now(),
+            starts_at=self.starts_at,
             environment="",
             usage_mode="",
             hypothesis="",
@@ -315,7 +395,7 @@ class ContactForm(AccessibleForm):
             organisation=data.get("organisation", ""),
             contact_phone=data.get("contact_phone", ""),
             ssh_public_keys=data.get("ssh_public_keys", ""),
-            checkpoints=data.get("checkpoints", ""),
+            checkpoints=data.get("checkpoints") or [],
             abort_criteria=data.get("abort_criteria", ""),
         )
         errors, _keys = contact_errors(request)

@@ -664,3 +664,77 @@ def live_holds(**where: Any) -> QuerySet[Hold]:
     return Hold.objects.filter(**where, status__in=Hold.COUNTING).filter(
         Q(period__endswith__gt=timezone.now()) | Q(order__status__in=Order.HOLDING_STATUSES)
     )
+
+
+# --------------------------------------------------------------------------- 30-day campaigns
+
+MAX_CHECKPOINTS = 8
+"""The most checkpoints one campaign plans (the form, the API and placing the order agree)."""
+CHECK_LIMIT = 300
+"""Characters for what one checkpoint checks."""
+
+
+class Checkpoint(models.Model):
+    """One dated checkpoint of a 30-day campaign: what is checked that day, the reminder
+    mailed before it (stamped once: ``reminder_sent_at``) and the outcome the researcher
+    records (continue, adjust or stop, with a note). Changed only by reservations.campaign."""
+
+    class Outcome(models.TextChoices):
+        CONTINUE = "continue", _("Continue as planned")
+        ADJUST = "adjust", _("Continue, adjusted")
+        STOP = "stop", _("Stop the campaign")
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="campaign_checkpoints")
+    position = models.PositiveSmallIntegerField()
+    due_on = models.DateField(help_text=_("The day of the checkpoint (UTC), within the window"))
+    what = models.CharField(max_length=CHECK_LIMIT, help_text=_("What is checked that day"))
+    reminder_sent_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True)
+    outcome_note = models.TextField(max_length=2000, blank=True)
+    outcome_recorded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("order", "position")
+        constraints = [
+            models.UniqueConstraint(fields=("order", "position"), name="checkpoint_position_once"),
+            models.CheckConstraint(
+                condition=Q(outcome="", outcome_recorded_at__isnull=True)
+                | (~Q(outcome="") & Q(outcome_recorded_at__isnull=False)),
+                name="checkpoint_outcome_with_its_time",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=("due_on",),
+                condition=Q(reminder_sent_at__isnull=True),
+                name="checkpoint_reminder_due",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.order.reference} · {self.due_on}"
+
+
+class EarlyEndRequest(models.Model):
+    """A researcher's request to end a campaign early: the operator decides (nothing is
+    refunded or revoked by itself). One open request per order at a time."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="early_end_requests")
+    requested_at = models.DateTimeField()
+    reason = models.TextField(max_length=2000)
+    handled_at = models.DateTimeField(null=True, blank=True)
+    handled_by = models.CharField(max_length=120, blank=True)
+    handling_note = models.TextField(max_length=2000, blank=True)
+
+    class Meta:
+        ordering = ("requested_at", "id")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("order",),
+                condition=Q(handled_at__isnull=True),
+                name="one_open_early_end_request",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.order.reference} · {self.requested_at:%Y-%m-%d}"

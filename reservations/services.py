@@ -31,6 +31,7 @@ from reservations.errors import (
 from reservations.models import (
     MODEL_MICRO_BATCH,
     MODEL_SEQ_LEN,
+    Checkpoint,
     HardwareKind,
     Hold,
     Order,
@@ -129,7 +130,7 @@ def _place(
     for _attempt in range(_HOLD_ATTEMPTS):
         order, hold, keys, event = _new_rows(request, valid, user, party, now)
         try:
-            placed = _insert(order, hold, keys, event, request, skip_locked=skip_locked)
+            placed = _insert(order, hold, keys, event, request, valid, skip_locked=skip_locked)
         except IntegrityError as exc:
             # Another booking took one of our lots between our look and our insert.
             # PostgreSQL made us wait for it, then refused ours: look again, afresh.
@@ -159,14 +160,16 @@ def _insert(
     keys: list[OrderSshKey],
     event: OrderEvent,
     request: OrderRequest,
+    valid: ValidRequest,
     *,
     skip_locked: bool,
 ) -> placement.Placed | None:
     """The placing statement, atomic on its own; inside a caller's transaction, under a
-    savepoint, so that a lost race does not break the caller's transaction."""
-    savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
-    with savepoint:
-        return placement.insert_order(
+    savepoint, so that a lost race does not break the caller's transaction. A campaign's
+    checkpoints are written in the same transaction: an order never lacks its plan."""
+    atomic = connection.in_atomic_block or bool(valid.checkpoints)
+    with transaction.atomic() if atomic else nullcontext():
+        placed = placement.insert_order(
             order,
             hold,
             keys,
@@ -175,6 +178,12 @@ def _insert(
             environment=request.environment,
             skip_locked=skip_locked,
         )
+        if placed is not None and valid.checkpoints:
+            Checkpoint.objects.bulk_create(
+                Checkpoint(order_id=placed.id, position=number, due_on=c.due_on, what=c.what)
+                for number, c in enumerate(valid.checkpoints, start=1)
+            )
+        return placed
 
 
 def _why_not_placed(request: OrderRequest, now: datetime) -> Exception:
@@ -227,7 +236,6 @@ def _new_rows(
         model_workload=request.model_workload,
         model_seq_len=request.model_seq_len or MODEL_SEQ_LEN,
         model_micro_batch=request.model_micro_batch or MODEL_MICRO_BATCH,
-        checkpoints=request.checkpoints.strip(),
         abort_criteria=request.abort_criteria.strip(),
         hold_expires_at=now + fairness.hold_duration(confirmed),
         contact_confirmed_at=now if confirmed else None,

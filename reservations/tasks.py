@@ -44,3 +44,12 @@ def send_missing_order_mails() -> int:
     """Beat: mail every recent order whose link was never mailed (broker down when it was
     placed, task lost, worker killed)."""
     return notifications.send_missing_order_mails()
+
+
+@shared_task(name="reservations.tasks.send_checkpoint_reminders", acks_late=True)
+def send_checkpoint_reminders() -> int:
+    """Beat: mail the reminders of 30-day campaigns' checkpoints that are due (catching up
+    after downtime, never twice: reservations.campaign)."""
+    from reservations import campaign
+
+    return campaign.send_checkpoint_reminders()

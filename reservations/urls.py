@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reservations import views
+from reservations import campaign_views, views
 
 app_name = "reservations"
 
@@ -12,6 +12,16 @@ urlpatterns = [
     path("book/review/", views.book_review, name="book_review"),
     path("book/next-start/", views.book_next_start, name="book_next_start"),
     path("orders/<str:reference>/<str:secret>/", views.order_detail, name="order"),
+    path(
+        "orders/<str:reference>/<str:secret>/checkpoints/<int:position>/outcome/",
+        campaign_views.record_outcome,
+        name="checkpoint_outcome",
+    ),
+    path(
+        "orders/<str:reference>/<str:secret>/early-end/",
+        campaign_views.request_early_end,
+        name="early_end",
+    ),
     path(
         "orders/<str:reference>/<str:secret>/confirm/<str:token>/",
         views.confirm_contact,

@@ -10,8 +10,9 @@ price is also read, atomically with the insert.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -24,6 +25,8 @@ from django.utils import timezone
 from config.identity import NotAnAddress, canonical_email
 from reservations.errors import BookingRefused, refusal
 from reservations.models import (
+    CHECK_LIMIT,
+    MAX_CHECKPOINTS,
     MAX_MICRO_BATCH,
     MAX_SEQ_LEN,
     Hypothesis,
@@ -40,7 +43,6 @@ TEXT_LIMITS = {
     "organisation": 160,
     "contact_phone": 64,
     "hypothesis_text": 4000,
-    "checkpoints": 4000,
     "abort_criteria": 4000,
 }
 
@@ -100,15 +102,23 @@ class OrderRequest:
     model_workload: str = ""
     model_seq_len: int | None = None
     model_micro_batch: int | None = None
-    checkpoints: str = ""
+    checkpoints: Sequence[Any] = field(default_factory=list)
+    """For 30 days: one to MAX_CHECKPOINTS entries ``{"date": "YYYY-MM-DD", "check": "…"}``."""
     abort_criteria: str = ""
     language: str = "en"
+
+
+@dataclass(frozen=True)
+class PlannedCheckpoint:
+    due_on: date
+    what: str
 
 
 @dataclass(frozen=True)
 class ValidRequest:
     keys: list[PublicKey]
     model_params_billion: Decimal | None
+    checkpoints: list[PlannedCheckpoint] = field(default_factory=list)
 
 
 def validate(request: OrderRequest, now: datetime) -> ValidRequest:
@@ -121,7 +131,12 @@ def validate(request: OrderRequest, now: datetime) -> ValidRequest:
         for name, found in catalogue_refusals(request).items():
             errors.setdefault(name, []).extend(found)
         raise BookingRefused(errors)
-    return ValidRequest(keys=keys, model_params_billion=params)
+    campaign = request.window_days == Window.THIRTY_DAYS
+    return ValidRequest(
+        keys=keys,
+        model_params_billion=params,
+        checkpoints=planned_checkpoints(request)[0] if campaign else [],
+    )
 
 
 def plan_errors(request: OrderRequest, now: datetime) -> tuple[Errors, Decimal | None]:
@@ -176,8 +191,8 @@ def contact_errors(request: OrderRequest) -> tuple[Errors, list[PublicKey]]:
     except (ValidationError, NotAnAddress):
         refuse("contact_email", "invalid_email")
     if request.window_days == Window.THIRTY_DAYS:
-        if not (request.checkpoints or "").strip():
-            refuse("checkpoints", "checkpoints_required")
+        for code, params in planned_checkpoints(request)[1]:
+            refuse("checkpoints", code, **params)
         if not (request.abort_criteria or "").strip():
             refuse("abort_criteria", "abort_criteria_required")
     keys: list[PublicKey] = []
@@ -186,6 +201,48 @@ def contact_errors(request: OrderRequest) -> tuple[Errors, list[PublicKey]]:
     except SshKeyError as exc:
         refuse("ssh_public_keys", exc.code, line=exc.line_number, detail=exc.detail)
     return errors, keys
+
+
+def checkpoint_days(starts_at: datetime) -> tuple[date, date]:
+    """The first and last day (UTC) a checkpoint of a 30-day window starting then may fall on."""
+    start = starts_at.astimezone(UTC).date()
+    return start, (starts_at + timedelta(days=Window.THIRTY_DAYS)).astimezone(UTC).date()
+
+
+def planned_checkpoints(
+    request: OrderRequest,
+) -> tuple[list[PlannedCheckpoint], list[tuple[str, dict[str, Any]]]]:
+    """A campaign's checkpoints in date order, and the refusals (code, parameters) of the
+    entries: each needs a day within the window and what is checked; one to eight of them."""
+    entries = request.checkpoints if isinstance(request.checkpoints, list | tuple) else None
+    if not entries:
+        return [], [("checkpoints_required", {})]
+    if len(entries) > MAX_CHECKPOINTS:
+        return [], [("too_many_checkpoints", {"limit": MAX_CHECKPOINTS})]
+    starts_at = request.starts_at if isinstance(request.starts_at, datetime) else None
+    first, last = checkpoint_days(starts_at) if starts_at and starts_at.tzinfo else (None, None)
+    planned: list[PlannedCheckpoint] = []
+    refusals: list[tuple[str, dict[str, Any]]] = []
+    for number, entry in enumerate(entries, start=1):
+        raw_day = entry.get("date") if isinstance(entry, dict) else None
+        what = entry.get("check") if isinstance(entry, dict) else None
+        try:
+            day = raw_day if isinstance(raw_day, date) else date.fromisoformat(str(raw_day))
+        except ValueError:
+            day = None
+        if day is None or not isinstance(what, str) or not what.strip():
+            refusals.append(("checkpoint_invalid", {"number": number}))
+        elif len(what) > CHECK_LIMIT:
+            refusals.append(("checkpoint_too_long", {"number": number, "limit": CHECK_LIMIT}))
+        elif has_bidi_controls(what):
+            refusals.append(("bidi_control", {}))
+        elif first is not None and last is not None and not first <= day <= last:
+            refusals.append(
+                ("checkpoint_outside_window", {"number": number, "first": first, "last": last})
+            )
+        else:
+            planned.append(PlannedCheckpoint(due_on=day, what=what.strip()))
+    return sorted(planned, key=lambda c: c.due_on), refusals
 
 
 _CATALOGUE_SQL = """

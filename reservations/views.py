@@ -29,6 +29,7 @@ from reservations.errors import BookingRefused, LotUnavailable, UnpaidLimitReach
 from reservations.forms import ContactForm, PlanForm
 from reservations.models import Environment, HardwareKind, Order, Window
 from reservations.quotes import per_gpu_hour, quote
+from reservations.validation import planned_checkpoints
 
 DRAFT = "booking"
 RECENT = "recent_orders"
@@ -167,8 +168,11 @@ def book_contact(request: HttpRequest) -> HttpResponse:
     if "plan" not in draft:
         return redirect("reservations:book_plan")
     window_days = int(draft["plan"]["window_days"])
+    starts_at = availability.handover(
+        _date(draft["plan"].get("start_date")) or timezone.now().date()
+    )
     if request.method == "POST":
-        form = ContactForm(request.POST, window_days=window_days)
+        form = ContactForm(request.POST, window_days=window_days, starts_at=starts_at)
         if form.is_valid():
             draft["contact"] = _plain(form.cleaned_data)
             request.session[DRAFT] = draft
@@ -180,7 +184,7 @@ def book_contact(request: HttpRequest) -> HttpResponse:
             form.data = scrubbed
     else:
         initial = draft.get("contact") or _account_contact(request)
-        form = ContactForm(initial=initial, window_days=window_days)
+        form = ContactForm(initial=initial, window_days=window_days, starts_at=starts_at)
     return render(request, "reservations/book_contact.html", {"form": form, "step": 2})
 
 
@@ -215,6 +219,7 @@ def book_review(request: HttpRequest) -> HttpResponse:
         "quote": _quote_from(draft["plan"]),
         "starts_at": order_request.starts_at,
         "ends_at": order_request.starts_at + timedelta(days=order_request.window_days),
+        "checkpoints": planned_checkpoints(order_request)[0],
         "step": 3,
     }
     if request.method == "POST":

@@ -60,12 +60,13 @@ def test_the_desk_opens_on_today_with_every_section_and_the_models_below(
         "drift",
         "host_keys",
         "revocations",
+        "campaigns",
         "chains",
         "opening",
         "closing",
     ):
         assert f'id="today-{key}"' in html
-    assert html.count("Nothing waiting.") == 10
+    assert html.count("Nothing waiting.") == 11
     assert "Reservations" in html  # the usual list of models is still there
 
 

@@ -79,7 +79,10 @@ def test_no_start_when_the_kind_has_too_few_lots_or_the_horizon_is_passed(
     inventory: Inventory, make_request: RequestFactory, soon: datetime
 ) -> None:
     assert earliest_start(inventory.b200, 3, 2, soon) is None
-    place_order(make_request(kind="b200", window_days=30, checkpoints="c", abort_criteria="a"))
+    checkpoints = [{"date": soon.date().isoformat(), "check": "c"}]
+    place_order(
+        make_request(kind="b200", window_days=30, checkpoints=checkpoints, abort_criteria="a")
+    )
     assert earliest_start(inventory.b200, 3, 1, soon, horizon=timedelta(days=10)) is None
 
 

@@ -224,8 +224,13 @@ def test_a_thirty_day_campaign_asks_for_checkpoints_and_abort_criteria(
     html = client.post("/en/book/contact/", contact()).content.decode()
     assert "needs defined checkpoints" in field_errors(html, "checkpoints")
     assert "needs abort criteria" in field_errors(html, "abort_criteria")
+    day_10 = date.fromisoformat(client.session["booking"]["plan"]["start_date"]) + timedelta(10)
     response = client.post(
-        "/en/book/contact/", contact(checkpoints="day 10", abort_criteria="loss diverges")
+        "/en/book/contact/",
+        contact(
+            **{"checkpoints-1-date": day_10.isoformat(), "checkpoints-1-check": "loss < 2.1"},
+            abort_criteria="loss diverges",
+        ),
     )
     assert response.status_code == 302
 

@@ -44,7 +44,14 @@ def starts(day: int) -> datetime:
     return handover(start_day(3 + day))
 
 
-CAMPAIGN = {"checkpoints": "every 2 days", "abort_criteria": "loss diverges"}
+def campaign(starts_at: datetime) -> dict[str, Any]:
+    """A 30-day window from ``starts_at`` with its campaign plan."""
+    return {
+        "window_days": 30,
+        "starts_at": starts_at,
+        "checkpoints": [{"date": starts_at.date().isoformat(), "check": "every 2 days"}],
+        "abort_criteria": "loss diverges",
+    }
 
 
 def lot_days_held(party_orders: Any) -> int:
@@ -78,9 +85,7 @@ def test_one_clients_unpaid_lot_days_of_a_kind_stay_within_the_share(
     cap = fairness.lot_days_cap(inventory.h200)
     capacity = len(inventory.h200_lots) * settings.RESERVATION_HORIZON.days
     assert cap == max(30, -(-capacity * 10 // 100))  # 10 % of 2 lots × 180 days: 36
-    place_order(
-        make_request(lot_count=1, **CAMPAIGN, window_days=30, starts_at=starts(0)), party=STRANGER
-    )
+    place_order(make_request(lot_count=1, **campaign(starts(0))), party=STRANGER)
     with pytest.raises(UnpaidLimitReached) as refused:
         place_order(
             make_request(
@@ -140,34 +145,26 @@ def test_a_burst_of_one_client_passes_the_limits_together_no_more(
 def test_paying_or_cancelling_frees_the_share_and_a_lapsed_hold_counts_no_more(
     inventory: Inventory, make_request: RequestFactory
 ) -> None:
-    first = place_order(
-        make_request(**CAMPAIGN, window_days=30, starts_at=starts(0)), party=STRANGER
-    )
-    big = make_request(
-        **CAMPAIGN, window_days=30, starts_at=starts(40), contact_email="b@x.example"
-    )
+    first = place_order(make_request(**campaign(starts(0))), party=STRANGER)
+    big = make_request(**campaign(starts(40)), contact_email="b@x.example")
     with pytest.raises(UnpaidLimitReached):
         place_order(big, party=STRANGER)
     mark_paid(first, actor=Actor("test"), reason="paid")
     second = place_order(big, party=STRANGER)
     with pytest.raises(UnpaidLimitReached):
         place_order(
-            make_request(
-                **CAMPAIGN, window_days=30, starts_at=starts(80), contact_email="c@x.example"
-            ),
+            make_request(**campaign(starts(80)), contact_email="c@x.example"),
             party=STRANGER,
         )
     cancel_order(second, actor=Actor("test"), reason="changed my mind")
     third = place_order(
-        make_request(**CAMPAIGN, window_days=30, starts_at=starts(80), contact_email="c@x.example"),
+        make_request(**campaign(starts(80)), contact_email="c@x.example"),
         party=STRANGER,
     )
     # A hold whose time is up no longer counts, even before the expiry task ran.
     Order.objects.filter(pk=third.pk).update(hold_expires_at=timezone.now())
     place_order(
-        make_request(
-            **CAMPAIGN, window_days=30, starts_at=starts(120), contact_email="d@x.example"
-        ),
+        make_request(**campaign(starts(120)), contact_email="d@x.example"),
         party=STRANGER,
     )
 

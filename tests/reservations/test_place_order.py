@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -204,7 +204,7 @@ def test_it_refuses_bad_model_facts(make_request: RequestFactory, inventory: Inv
 
 
 def test_a_thirty_day_campaign_needs_checkpoints_and_abort_criteria(
-    make_request: RequestFactory, inventory: Inventory
+    make_request: RequestFactory, inventory: Inventory, soon: datetime
 ) -> None:
     assert refused_codes(make_request, window_days=30) == {
         "checkpoints": ["checkpoints_required"],
@@ -213,7 +213,10 @@ def test_a_thirty_day_campaign_needs_checkpoints_and_abort_criteria(
     order = place_order(
         make_request(
             window_days=30,
-            checkpoints="day 7: loss below 2.1; day 20: eval on held-out set",
+            checkpoints=[
+                {"date": (soon + timedelta(days=7)).date().isoformat(), "check": "loss below 2.1"},
+                {"date": (soon + timedelta(days=20)).date().isoformat(), "check": "held-out eval"},
+            ],
             abort_criteria="divergence twice after restart",
         )
     )
