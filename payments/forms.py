@@ -42,8 +42,10 @@ def vat_id_field() -> forms.CharField:
 
 
 class BillingForm(AccessibleForm):
-    """On the order page: whom the receipt is made out to, changeable at any time."""
+    """On the order page: whom the receipt is made out to, changeable at any time. Its
+    fields are prefixed (``billing-…``): the page carries other forms beside it."""
 
+    prefix = "billing"
     organisation = organisation_field()
     address = address_field()
     vat_id = vat_id_field()

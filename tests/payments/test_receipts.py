@@ -22,6 +22,7 @@ from payments.models import Asset, BillingDetails, Chain, Invoice, Receipt, Tran
 from reservations.models import Order
 from reservations.services import place_order
 from reservations.templatetags.money import units as coin
+from tests.concurrency import at_once
 from tests.conftest import Payments, RequestFactory, build_inventory, openssh_public_key
 
 pytestmark = pytest.mark.django_db
@@ -135,6 +136,32 @@ def test_receipts_are_numbered_once_in_the_order_they_are_issued(
         Receipt.objects.filter(order=order).update(number=first.number)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_first_issues_take_one_number_each_none_skipped(
+    committed_payments: Payments, make_request: RequestFactory, soon: Any
+) -> None:
+    build_inventory()
+    orders = []
+    for i in range(4):
+        starts_at = soon + timedelta(days=4 * i)
+        request = make_request(
+            window_days=3, starts_at=starts_at, contact_email=f"r{i}@example.org"
+        )
+        orders.append(place_order(request))
+        settle(committed_payments, orders[-1], committed_payments.usdc)
+
+    def first_issue(index: int) -> int:
+        issued = receipts.issue_receipt(Order.objects.get(pk=orders[index % 4].pk))
+        assert issued is not None
+        return issued.number
+
+    outcomes = at_once(8, first_issue)  # two requests at once for each order
+    assert not [o for o in outcomes if isinstance(o, Exception)]
+    numbers = dict(Receipt.objects.values_list("order_id", "number"))
+    assert sorted(numbers.values()) == [1, 2, 3, 4]
+    assert sorted(outcomes) == sorted([*numbers.values(), *numbers.values()])  # type: ignore[type-var]
+
+
 @pytest.mark.parametrize(
     ("language", "title", "labels"),
     [
@@ -185,7 +212,7 @@ def test_the_receipt_needs_the_orders_secret(
     wrong = f"/en/orders/{order.reference}/{'x' * len(order.secret)}"
     assert client.get(f"{wrong}/receipt/").status_code == 404
     assert client.get(f"{wrong}/receipt.pdf").status_code == 404
-    assert client.post(f"{wrong}/billing/", {"vat_id": "DE123456789"}).status_code == 404
+    assert client.post(f"{wrong}/billing/", {"billing-vat_id": "DE123456789"}).status_code == 404
     assert Receipt.objects.count() == 0
     assert not BillingDetails.objects.exists()
 
@@ -250,7 +277,9 @@ def test_billing_details_can_be_given_later_on_the_order_page(
     client: Client, payments: Payments, order: Order
 ) -> None:
     settle(payments, order, payments.usdc)
-    refused = client.post(f"{link(order)}/billing/", {"address": "Somewhere", "vat_id": "123"})
+    refused = client.post(
+        f"{link(order)}/billing/", {"billing-address": "Somewhere", "billing-vat_id": "123"}
+    )
     assert refused.status_code == 400
     assert "A VAT id starts with its country" in refused.content.decode()
     assert not BillingDetails.objects.exists()
@@ -258,9 +287,9 @@ def test_billing_details_can_be_given_later_on_the_order_page(
     response = client.post(
         f"{link(order)}/billing/",
         {
-            "organisation": "Sorbonne Université",
-            "address": "4 place Jussieu\n75005 Paris",
-            "vat_id": "FR12345678901",
+            "billing-organisation": "Sorbonne Université",
+            "billing-address": "4 place Jussieu\n75005 Paris",
+            "billing-vat_id": "FR12345678901",
         },
     )
     assert response.status_code == 302
