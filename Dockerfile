@@ -4,6 +4,11 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 
+# DejaVu Sans: the Unicode font the receipt PDFs are set in (RECEIPT_FONT).
+RUN apt-get update -qq \
+    && apt-get install -y -qq --no-install-recommends fonts-dejavu-core \
+    && rm -rf /var/lib/apt/lists/*
+
 COPY requirements.lock ./
 RUN pip install --no-cache-dir -r requirements.lock
 

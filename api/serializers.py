@@ -289,6 +289,7 @@ class OrderSerializer(serializers.ModelSerializer):
         help_text="A 30-day campaign's checkpoints with their outcomes (else empty)",
     )
     early_end_requests = EarlyEndRequestSerializer(many=True, read_only=True)
+    receipt_url = serializers.SerializerMethodField()
 
     class Meta:
         model = Order
@@ -318,12 +319,30 @@ class OrderSerializer(serializers.ModelSerializer):
             "contact_confirmed_at",
             "created_at",
             "page_url",
+            "receipt_url",
         )
 
     def get_page_url(self, order: Order) -> str:
         from reservations.notifications import order_link
 
         return order_link(order)
+
+    @extend_schema_field(
+        serializers.URLField(
+            allow_null=True,
+            help_text="Once the order is paid: its receipt as a PDF (GET with your token); "
+            "null before",
+        )
+    )
+    def get_receipt_url(self, order: Order) -> str | None:
+        from django.conf import settings
+        from django.urls import reverse
+
+        from payments.services import PAID_ORDER_STATUSES
+
+        if order.status not in PAID_ORDER_STATUSES:  # no query: the list stays one
+            return None
+        return f"{settings.SITE_URL}{reverse('api:receipt', args=[order.reference])}"
 
 
 class InvoiceCreateSerializer(StrictSerializer):

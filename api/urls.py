@@ -36,4 +36,5 @@ urlpatterns = [
         name="provisioning",
     ),
     path("orders/<str:reference>/report/", views.ReportView.as_view(), name="report"),
+    path("orders/<str:reference>/receipt/", views.ReceiptView.as_view(), name="receipt"),
 ]

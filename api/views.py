@@ -11,8 +11,10 @@ import json
 
 from django.db import connection, models, transaction
 from django.db.models import Prefetch
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -21,6 +23,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -544,3 +547,34 @@ class ReportView(APIView):
             raise ReportNotReady()
         body = {"order": order, "lots": lots}
         return Response(s.ReportsSerializer(body).data)
+
+
+class ReceiptView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    def perform_content_negotiation(
+        self, request: Request, force: bool = False
+    ) -> tuple[BaseRenderer, str]:
+        """The receipt is a PDF whatever Accept asks for; errors are JSON, as everywhere."""
+        return JSONRenderer(), JSONRenderer.media_type
+
+    @extend_schema(
+        responses={
+            (200, "application/pdf"): OpenApiResponse(
+                OpenApiTypes.BINARY,
+                "The receipt (numbered at its first issue), in the order's language",
+            ),
+            401: ERRORS[401],
+            404: OpenApiResponse(ERROR, "No such order among this token's, or not paid yet"),
+            429: ERRORS[429],
+        },
+        summary="The receipt of a paid order, as a PDF",
+    )
+    def get(self, request: Request, reference: str) -> HttpResponse:
+        from payments import receipts
+        from payments.views import pdf_response
+
+        issued = receipts.issue_receipt(_own_order(request, reference))
+        if issued is None:
+            raise exceptions.NotFound()
+        return pdf_response(issued)

@@ -388,6 +388,23 @@ PAYMENT_ASSET_CHECK_SECONDS = env_int("PAYMENT_ASSET_CHECK_SECONDS", 300, minimu
 """How long a check of a coin's configuration against its contract (chain id, decimals,
 symbol) is reused before the next invoice in it asks the node again."""
 
+# --- Receipts (payments.receipts): who issues them, and the font the PDF is set in ---
+RECEIPT_ISSUER_NAME = env_str("RECEIPT_ISSUER_NAME", "GPU lots (local development)") or ""
+"""The operator's name as printed on every receipt."""
+RECEIPT_ISSUER_ADDRESS = [
+    line.strip()
+    for line in (
+        env_str("RECEIPT_ISSUER_ADDRESS", "Not for accounting; set RECEIPT_ISSUER_ADDRESS") or ""
+    ).split(";")
+    if line.strip()
+]
+"""The operator's postal address on receipts, its lines separated by semicolons."""
+RECEIPT_ISSUER_VAT_ID = env_str("RECEIPT_ISSUER_VAT_ID", "") or ""
+"""The operator's VAT id on receipts (empty: none printed)."""
+RECEIPT_FONT = env_str("RECEIPT_FONT", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf") or ""
+"""A Unicode TrueType font for the receipt PDF (Debian's fonts-dejavu-core); its -Bold
+sibling, if present, sets the headings."""
+
 # --- Provisioning ---
 PROVISIONING_AUTO_APPROVE = env_bool("PROVISIONING_AUTO_APPROVE", default=False)
 """Approve paid orders without waiting for an operator."""

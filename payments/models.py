@@ -540,3 +540,61 @@ class Refund(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tx_hash} → {self.to_address}"
+
+
+BILLING_LIMITS = {"organisation": 160, "address": 400, "vat_id": 32}
+
+VAT_ID = RegexValidator(
+    r"^[A-Za-z]{2}[A-Za-z0-9 .\-]{2,30}$",
+    _("A VAT id starts with its country's two letters, e.g. DE123456789."),
+    code="invalid_vat_id",
+)
+"""Two letters of the country, then letters, digits, spaces, dots or hyphens (EU ids, the
+Swiss CHE-123.456.789 MWST, the UK's GB…): checked for shape only, never against VIES."""
+
+
+class BillingDetails(models.Model):
+    """Whom an order's receipt is made out to, for a university's accounting: all optional,
+    given at the contact step or later on the order page (payments.receipts)."""
+
+    order = models.OneToOneField(Order, on_delete=models.CASCADE, related_name="billing")
+    organisation = models.CharField(
+        max_length=BILLING_LIMITS["organisation"],
+        blank=True,
+        help_text=_("Empty: the order's organisation, else its contact name"),
+    )
+    address = models.TextField(max_length=BILLING_LIMITS["address"], blank=True)
+    vat_id = models.CharField(max_length=BILLING_LIMITS["vat_id"], blank=True, validators=[VAT_ID])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = _("billing details")
+
+    def __str__(self) -> str:
+        return f"{self.order.reference} · {self.organisation or self.order.organisation}"
+
+
+class Receipt(models.Model):
+    """The receipt of a paid order: numbered once, at its first issue, one number a receipt
+    with none skipped (payments.receipts.issue_receipt); its content is read from the
+    order and its settled invoice."""
+
+    order = models.OneToOneField(Order, on_delete=models.PROTECT, related_name="receipt")
+    invoice = models.OneToOneField(Invoice, on_delete=models.PROTECT, related_name="receipt")
+    number = models.PositiveIntegerField()
+    issued_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ("number",)
+        constraints = [
+            models.UniqueConstraint(fields=("number",), name="receipt_number_unique"),
+            models.CheckConstraint(condition=Q(number__gte=1), name="receipt_number_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        """The number as printed: R-000042."""
+        return f"R-{self.number:06d}"

@@ -13,4 +13,7 @@ urlpatterns = [
         views.refund_address,
         name="refund_address",
     ),
+    path("orders/<str:reference>/<str:secret>/receipt/", views.receipt, name="receipt"),
+    path("orders/<str:reference>/<str:secret>/receipt.pdf", views.receipt_pdf, name="receipt_pdf"),
+    path("orders/<str:reference>/<str:secret>/billing/", views.billing, name="billing"),
 ]

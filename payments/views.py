@@ -1,14 +1,19 @@
-"""The order page's payment panel: choose the coin, see where and how much, "I've paid"."""
+"""The order page's payment panel: choose the coin, see where and how much, "I've paid";
+the receipt of a paid order and its billing details."""
 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.translation import get_language
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from payments import refunds, services
-from payments.models import Asset, Invoice
+from payments import receipts, refunds, services
+from payments.forms import BillingForm
+from payments.models import Asset, Invoice, Receipt
 from payments.rpc import RpcError, RpcUnavailable
 from payments.templatetags.payments import panel_context
 from reservations.errors import MESSAGES, BookingRefused
@@ -76,3 +81,59 @@ def panel(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
     """The panel alone, for the page to refresh while a payment is on its way."""
     order = order_by_link(reference, secret)
     return render(request, "payments/_panel.html", panel_context(order))
+
+
+@require_GET
+def receipt(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    """The paid order's receipt, in the page's language, with its PDF (in the order's)."""
+    order = order_by_link(reference, secret)
+    issued = receipts.issue_receipt(order)
+    if issued is None:
+        raise Http404
+    return render(
+        request,
+        "payments/receipt.html",
+        {
+            "order": order,
+            "document": receipts.document(issued, get_language()),
+            "pdf_url": receipts.receipt_path(order, pdf=True),
+        },
+    )
+
+
+@require_GET
+def receipt_pdf(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    """The receipt as a PDF, in the order's language."""
+    order = order_by_link(reference, secret)
+    issued = receipts.issue_receipt(order)
+    if issued is None:
+        raise Http404
+    return pdf_response(issued)
+
+
+def pdf_response(issued: Receipt) -> HttpResponse:
+    """The PDF of a receipt, named for it (the API's endpoint answers the same)."""
+    body = receipts.render_pdf(receipts.document(issued))
+    response = HttpResponse(body, content_type="application/pdf")
+    name = f"receipt-{issued.label}-{issued.order.reference}.pdf"
+    response["Content-Disposition"] = f'inline; filename="{name}"'
+    return response
+
+
+@require_POST
+def billing(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
+    """Whom the receipt is made out to (the order page's form): saved, or the order page
+    again with the form's errors."""
+    order = order_by_link(reference, secret)
+    form = BillingForm(request.POST)
+    if not form.is_valid():  # the order page again, the errors at their fields
+        context = {
+            "order": order,
+            "ssh_keys": order.ssh_keys.all(),
+            "now": timezone.now(),
+            "billing_form": form,
+        }
+        return render(request, "reservations/order_detail.html", context, status=400)
+    receipts.save_billing(order, **form.cleaned_data)
+    messages.success(request, _("Your billing details are saved."))
+    return redirect(order_url(order) + "#receipt")

@@ -19,6 +19,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from config.forms import AccessibleForm
+from payments.forms import address_field, vat_id_field
 from reservations import availability
 from reservations.errors import MESSAGES, refusal
 from reservations.models import (
@@ -325,7 +326,10 @@ class CheckpointsField(forms.Field):
 
 
 class ContactForm(AccessibleForm):
-    """Step 2: who books, how they log in; for 30 days, the campaign's plan."""
+    """Step 2: who books, how they log in; for 30 days, the campaign's plan; optionally,
+    what the receipt needs for accounting (BILLING_FIELDS: kept by payments, not the order)."""
+
+    BILLING_FIELDS = ("billing_address", "vat_id")
 
     contact_name = forms.CharField(label=_("Name"), max_length=TEXT_LIMITS["contact_name"])
     contact_email = forms.EmailField(label=_("E-mail"), max_length=TEXT_LIMITS["contact_email"])
@@ -342,6 +346,8 @@ class ContactForm(AccessibleForm):
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "autocomplete": "off"}),
         help_text=_("One per line, as in ~/.ssh/id_ed25519.pub. Never paste a private key."),
     )
+    billing_address = address_field()
+    vat_id = vat_id_field()
     checkpoints = CheckpointsField(
         label=_("Checkpoints"),
         error_messages={"required": MESSAGES["checkpoints_required"]},

@@ -208,8 +208,10 @@ def book_review(request: HttpRequest) -> HttpResponse:
     if not plan_form.is_valid():  # the draft went stale (a date passed, a price vanished)
         stale = {"form": plan_form, "step": 1, "quote": _quote_from(draft["plan"])}
         return render(request, "reservations/book_plan.html", stale)
+    contact = dict(draft["contact"])
+    billing = {name: contact.pop(name, "") for name in ContactForm.BILLING_FIELDS}
     order_request = PlanForm.order_request(
-        plan_form.cleaned_data, **draft["contact"], language=get_language() or "en"
+        plan_form.cleaned_data, **contact, language=get_language() or "en"
     )
     context: dict[str, Any] = {
         "plan": plan_form.cleaned_data,
@@ -242,6 +244,10 @@ def book_review(request: HttpRequest) -> HttpResponse:
         except UnpaidLimitReached as exc:
             context["refusals"] = [str(exc)]
         else:
+            if any(billing.values()):
+                from payments.receipts import save_billing
+
+                save_billing(order, address=billing["billing_address"], vat_id=billing["vat_id"])
             notifications.enqueue_order_placed(order)
             del request.session[DRAFT]
             request.session[RECENT] = [order.reference, *request.session.get(RECENT, [])][:20]

@@ -2,7 +2,8 @@
 # Debian packages the test suite needs beside Python's: headless Chromium for the browser
 # tests (Playwright drives Debian's build; its own browser download does not work here)
 # gettext for the translation checks, and OpenSSH's server for the SSH backend's tests (a
-# real sshd on loopback, with its own host key). Installs only what is missing.
+# real sshd on loopback, with its own host key), and DejaVu Sans for the receipt PDFs.
+# Installs only what is missing.
 set -euo pipefail
 
 missing=()
@@ -11,6 +12,7 @@ command -v chromedriver >/dev/null || missing+=(chromium-driver)
 command -v msgfmt >/dev/null || missing+=(gettext)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 ((${#missing[@]})) || exit 0
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then

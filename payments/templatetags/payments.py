@@ -41,3 +41,36 @@ def payment_panel(context: template.Context, order: Order) -> dict[str, Any]:
         "request": context.get("request"),
         "csrf_token": context.get("csrf_token"),
     }
+
+
+@register.simple_tag(takes_context=True)
+def order_receipt(context: template.Context, order: Order) -> dict[str, Any]:
+    """The order page's receipt part: its links once paid, and the billing details form (the
+    one just refused, with its errors, when the page is shown again for it)."""
+    from payments import receipts
+    from payments.forms import BillingForm
+
+    form = context.get("billing_form")
+    if form is None:
+        billing = receipts.billing_of(order)
+        form = BillingForm(
+            initial={
+                "organisation": billing.organisation or order.organisation,
+                "address": billing.address,
+                "vat_id": billing.vat_id,
+            }
+        )
+    paid = receipts.has_receipt(order)
+    return {
+        "form": form,
+        "page_url": receipts.receipt_path(order) if paid else "",
+        "pdf_url": receipts.receipt_path(order, pdf=True) if paid else "",
+    }
+
+
+@register.simple_tag
+def receipt_link(order: Order) -> str:
+    """The absolute link to the order's receipt (for mails), or "" while it has none."""
+    from payments import receipts
+
+    return receipts.receipt_link(order) if receipts.has_receipt(order) else ""
