@@ -1,37 +1,40 @@
 """The occupancy timeline of the operator desk: lots (grouped by host) × days.
 
-Rendered on the server as one SVG row per lot: bars for a hold awaiting payment (with its
+Rendered on the server as one row of HTML per lot: bars for a hold awaiting payment (with its
 expiry), a booking, an active rental, the turnaround after a window, and a lot in
 maintenance; today marked. Every bar is a link to its order, with a title that hover and
-keyboard focus both show. Two queries whatever the number of lots: the lots, and the holds
-that overlap the range.
+keyboard focus both show. Hosts come a page at a time (``HOSTS_PER_PAGE``, each with all
+its lots): 200 lots over the whole horizon are ~10,000 bars and 2.6 MB of HTML, too much to
+build fast or to read (or to tab through) on one page. Three queries whatever the number of
+lots: the page's hosts, their lots, and the holds that overlap the range.
 """
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import localtime
 from django.utils.translation import gettext as _
 
-from reservations.models import Hold, Lot, Order
+from reservations.models import Lot, Order
 
 DAY_WIDTH = 16
 """Pixels per day."""
 DAYS_BACK = 7
+HOSTS_PER_PAGE = 10
+"""Hosts (each with all its lots) on one page of the timeline."""
 
 
-@dataclass(frozen=True)
-class Bar:
+class Bar(NamedTuple):
     kind: str
     """held · booked · active · turnaround · maintenance"""
     x: float
@@ -46,6 +49,8 @@ class Bar:
 class Row:
     lot: Lot
     label: str
+    url: str
+    """The lot's admin page."""
     bars: list[Bar] = field(default_factory=list)
     html: SafeString = field(default_factory=lambda: mark_safe(""))
 
@@ -74,6 +79,11 @@ class Timeline:
     today_x: float
     days: list[Day]
     groups: list[Group]
+    page: int = 1
+    pages: int = 1
+    """Pages of ``HOSTS_PER_PAGE`` hosts; at least one, even when nothing matches."""
+    hosts: int = 0
+    """Hosts matching the filters, on all pages."""
 
 
 def _x(moment: datetime, start: datetime) -> float:
@@ -81,37 +91,44 @@ def _x(moment: datetime, start: datetime) -> float:
 
 
 def build(
-    *, now: datetime | None = None, kind: str = "", host: str = "", days: int | None = None
+    *,
+    now: datetime | None = None,
+    kind: str = "",
+    host: str = "",
+    days: int | None = None,
+    page: int = 1,
 ) -> Timeline:
     """The timeline from a week back to the booking horizon (or ``days`` ahead), for the
-    lots that are not retired, of one kind (slug) or one host (name) if given."""
+    lots that are not retired, of one kind (slug) or one host (name) if given: page ``page``
+    (from 1, brought into range) of ``HOSTS_PER_PAGE`` hosts, each with all its lots."""
     now = now or timezone.now()
     today = localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     start = today - timedelta(days=DAYS_BACK)
     ahead = days if days is not None else settings.RESERVATION_HORIZON.days
     end = today + timedelta(days=ahead + 1)
-    lots = Lot.objects.exclude(status=Lot.Status.RETIRED).select_related("host__kind")
+    lots = Lot.objects.exclude(status=Lot.Status.RETIRED)
     if kind:
         lots = lots.filter(host__kind__slug=kind)
     if host:
         lots = lots.filter(host__name=host)
-    lots = lots.order_by("host__kind__name", "host__name", "gpu_a")
+    order = ("host__kind__name", "host__name", "host_id")
+    host_ids = list(lots.order_by(*order).values_list("host_id", flat=True).distinct())
+    pages = max(1, -(-len(host_ids) // HOSTS_PER_PAGE))
+    page = min(max(page, 1), pages)
+    shown = host_ids[(page - 1) * HOSTS_PER_PAGE : page * HOSTS_PER_PAGE]
     rows: dict[int, Row] = {}
     groups: dict[int, Group] = {}
-    for lot in lots:
+    lot_url = reverse("admin:reservations_lot_change", args=[0]).replace("/0/", "/{}/")
+    for lot in (
+        lots.filter(host_id__in=shown).select_related("host__kind").order_by(*order, "gpu_a")
+    ):
         group = groups.setdefault(lot.host_id, Group(f"{lot.host.name} · {lot.host.kind.name}"))
-        row = Row(lot, f"GPU {lot.gpu_a},{lot.gpu_b}")
+        row = Row(lot, f"GPU {lot.gpu_a},{lot.gpu_b}", lot_url.format(lot.pk))
         if lot.status == Lot.Status.MAINTENANCE:
             row.bars.append(Bar("maintenance", 0, _x(end, start), _("in maintenance")))
         group.rows.append(row)
         rows[lot.pk] = row
-    holds = _holds(list(rows), start, end)
-    words = _Words()
-    days_shown = (end - start).total_seconds() / 86400
-    for lot_id, *values in holds:
-        rows[lot_id].bars.extend(_bars(_Hold(*values), days_shown, words))
-    for row in rows.values():
-        row.html = _track(row, now, start)
+    _draw(rows, _holds(list(rows), start, end), (end - start).total_seconds() / 86400)
     day_list = []
     for i in range((end - start).days):
         moment = start + timedelta(days=i)
@@ -133,46 +150,37 @@ def build(
         today_x=_x(now, start),
         days=day_list,
         groups=list(groups.values()),
+        page=page,
+        pages=pages,
+        hosts=len(host_ids),
     )
 
 
-@dataclass(frozen=True)
-class _Hold:
-    """What a bar needs of a hold and its order, as PostgreSQL computed it: positions in days
-    from the range's start, times already formatted (no datetimes to parse per row)."""
-
-    status: str
-    order_id: int
-    reference: str
-    order_status: str
-    starts: float
-    ends: float
-    upper: float | None
-    starts_text: str
-    ends_text: str
-    upper_text: str
-    expires_text: str
-
-
 HOLDS_SQL = """
-SELECT h.lot_id, h.status, o.id, o.reference, o.status,
-       EXTRACT(EPOCH FROM lower(h.period) - %(start)s) / 86400,
-       EXTRACT(EPOCH FROM o.ends_at - %(start)s) / 86400,
-       EXTRACT(EPOCH FROM upper(h.period) - %(start)s) / 86400,
+SELECT h.lot_id, h.status = 'held', o.id, o.reference, o.status,
+       date_part('epoch', lower(h.period) - %(start)s) / 86400,
+       date_part('epoch', o.ends_at - %(start)s) / 86400,
+       date_part('epoch', upper(h.period) - %(start)s) / 86400,
        to_char(lower(h.period) AT TIME ZONE %(zone)s, 'DD Mon HH24:MI'),
        to_char(o.ends_at AT TIME ZONE %(zone)s, 'DD Mon HH24:MI'),
        coalesce(to_char(upper(h.period) AT TIME ZONE %(zone)s, 'DD Mon HH24:MI'), ''),
-       to_char(o.hold_expires_at AT TIME ZONE %(zone)s, 'DD Mon HH24:MI')
+       CASE WHEN h.status = 'held'
+            THEN to_char(o.hold_expires_at AT TIME ZONE %(zone)s, 'DD Mon HH24:MI') END
   FROM reservations_hold h JOIN reservations_order o ON o.id = h.order_id
  WHERE h.lot_id = ANY(%(lots)s) AND h.status IN ('held', 'booked')
    AND h.period && tstzrange(%(start)s, %(end)s)
  ORDER BY h.lot_id, lower(h.period)
 """
-"""The holds that count (held or booked) overlapping the range, for the lots shown: one
-query; the exclusion constraint's GiST index on (lot, period) finds them."""
+"""The holds that count (held or booked) overlapping the range, for the lots shown, with
+what a bar needs as PostgreSQL computes it: positions in days from the range's start as
+float8 (``date_part``; ``EXTRACT`` gives numeric, read as slow Decimals), times already
+formatted (the expiry only for a hold awaiting payment). One query; the exclusion
+constraint's GiST index on (lot, period) finds them."""
 
 
 def _holds(lots: list[int], start: datetime, end: datetime) -> list[tuple[Any, ...]]:
+    if not lots:
+        return []
     params: dict[str, Any] = {
         "lots": lots,
         "start": start,
@@ -181,78 +189,75 @@ def _holds(lots: list[int], start: datetime, end: datetime) -> list[tuple[Any, .
     }
     with connection.cursor() as cursor:
         cursor.execute(HOLDS_SQL, params)
-        return [
-            (
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                row[4],
-                float(row[5]),
-                float(row[6]),
-                None if row[7] is None else float(row[7]),
-                *row[8:],
+        return cursor.fetchall()
+
+
+def _draw(rows: dict[int, Row], holds: list[tuple[Any, ...]], days_shown: float) -> None:
+    """Each hold's bar on its lot's row, and each row's bars as HTML: its window (held,
+    booked or active), the turnaround after it as its grey right edge (positions in days
+    from the range's start, clamped to the range); a window that ended before the range
+    shows its turnaround only. Built here in one pass, the words translated once per page:
+    thousands of bars through the template language (or one object and one escape call
+    each through Django's lazy-aware helpers) would cost seconds. Each bar with an order is a
+    link (focusable), its label the title."""
+    statuses = {value: str(label) for value, label in Order.STATUS_CHOICES}
+    active, turnaround_word = _("active"), _("turnaround")
+    held_until = _("held until %(when)s (awaiting payment)")
+    order_url = reverse("admin:reservations_order_change", args=[0]).replace("/0/", "/{}/")
+    escape, width_px, is_active = html.escape, DAY_WIDTH, Order.STATUS_ACTIVE
+    parts: dict[int, list[str]] = {pk: [] for pk in rows}
+    for row in rows.values():  # maintenance, drawn before the holds
+        for bar in row.bars:
+            label = escape(bar.title)
+            parts[row.lot.pk].append(
+                f'<span class="bar bar-{bar.kind}" style="left:{bar.x}px;width:{bar.width}px"'
+                f' role="img" aria-label="{label}" title="{label}"></span>'
             )
-            for row in cursor.fetchall()
-        ]
-
-
-class _Words:
-    """The bars' words, translated once per page (not once per bar)."""
-
-    def __init__(self) -> None:
-        self.statuses = {value: str(label) for value, label in Order.STATUS_CHOICES}
-        self.active = _("active")
-        self.turnaround = _("turnaround")
-        self.held = _("held until %(when)s (awaiting payment)")
-        self.order_url = reverse("admin:reservations_order_change", args=[0]).replace("/0/", "/{}/")
-
-
-def _bars(hold: _Hold, days_shown: float, words: _Words) -> list[Bar]:
-    """A hold's bar: its window (held, booked or active), the turnaround after it as its
-    grey right edge (positions in days from the range's start, clamped to the range)."""
-    url = words.order_url.format(hold.order_id)
-    if hold.status == Hold.Status.HELD:
-        kind, state = "held", words.held % {"when": hold.expires_text}
-    elif hold.order_status == Order.STATUS_ACTIVE:
-        kind, state = "active", words.active
-    else:
-        kind, state = "booked", words.statuses.get(hold.order_status, hold.order_status)
-    first, last = max(hold.starts, 0.0), min(hold.ends, days_shown)
-    upper = days_shown if hold.upper is None else min(hold.upper, days_shown)
-    after = max(hold.ends, 0.0)
-    turnaround = round((upper - after) * DAY_WIDTH, 1) if upper > after else 0
-    until = f"{words.turnaround} → {hold.upper_text or '…'}"
-    if last > first:
-        title = f"{hold.reference} · {state} · {hold.starts_text} → {hold.ends_text} · {until}"
-        x, width = round(first * DAY_WIDTH, 1), max(2.0, round((last - first) * DAY_WIDTH, 1))
-        return [Bar(kind, x, width, title, url, turnaround)]
-    if turnaround:  # the window ended before the range: its turnaround only
-        title = f"{hold.reference} · {until}"
-        return [Bar("turnaround", round(after * DAY_WIDTH, 1), turnaround, title, url)]
-    return []
-
-
-def _track(row: Row, now: datetime, start: datetime) -> SafeString:
-    """A row's bars as HTML, built here: thousands of bars through the template language
-    would cost seconds. Each bar with an order is a link (focusable), its label the title."""
-    parts = []
-    for bar in row.bars:
-        style = f"left:{bar.x}px;width:{bar.width}px"
-        if bar.turnaround:
-            style += f";border-right-width:{bar.turnaround}px"
-        label = escape(bar.title)
-        if bar.url:
-            parts.append(
-                f'<a class="bar bar-{bar.kind}" href="{bar.url}" style="{style}" '
-                f'aria-label="{label}"></a>'
-            )
+    current = None
+    for (
+        lot_id,
+        is_held,
+        order_id,
+        reference,
+        order_status,
+        starts,
+        ends,
+        upper,
+        starts_text,
+        ends_text,
+        upper_text,
+        expires_text,
+    ) in holds:
+        if lot_id != current:  # the holds come lot by lot
+            current, add_bar, add_html = lot_id, rows[lot_id].bars.append, parts[lot_id].append
+        first, last = max(starts, 0.0), min(ends, days_shown)
+        upper = days_shown if upper is None else min(upper, days_shown)
+        after = max(ends, 0.0)
+        turnaround = round((upper - after) * width_px, 1) if upper > after else 0
+        until = f"{turnaround_word} → {upper_text or '…'}"
+        if last > first:
+            if is_held:
+                kind, state = "held", held_until % {"when": expires_text}
+            elif order_status == is_active:
+                kind, state = "active", active
+            else:
+                kind, state = "booked", statuses.get(order_status, order_status)
+            title = f"{reference} · {state} · {starts_text} → {ends_text} · {until}"
+            x, width = round(first * width_px, 1), max(2.0, round((last - first) * width_px, 1))
+            edge = f";border-right-width:{turnaround}px" if turnaround else ""
+        elif turnaround:
+            kind, title = "turnaround", f"{reference} · {until}"
+            x, width, turnaround, edge = round(after * width_px, 1), turnaround, 0, ""
         else:
-            parts.append(
-                f'<span class="bar bar-{bar.kind}" style="{style}" role="img" '
-                f'aria-label="{label}" title="{label}"></span>'
-            )
-    return mark_safe("".join(parts))  # noqa: S308 (every value above is escaped or ours)
+            continue
+        url = order_url.format(order_id)
+        add_bar(Bar(kind, x, width, title, url, turnaround))
+        add_html(
+            f'<a class="bar bar-{kind}" href="{url}" style="left:{x}px;width:{width}px{edge}"'
+            f' aria-label="{escape(title)}"></a>'
+        )
+    for pk, row in rows.items():
+        row.html = mark_safe("".join(parts[pk]))  # noqa: S308 (every value above is escaped or ours)
 
 
 def filters() -> dict[str, Any]:

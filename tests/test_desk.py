@@ -300,3 +300,107 @@ def test_a_lot_drifting_below_its_kind_waits_until_its_figures_are_back_in_line(
 
     ProvisioningJob.objects.filter(lot=other).update(report=measured(702, 4.1, 361))
     assert labels("drift") == []
+
+
+def test_the_timeline_shows_a_page_of_hosts_at_a_time_each_host_on_exactly_one_page(
+    inventory: Inventory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reservations import timeline
+    from reservations.models import Lot
+
+    now = timezone.now()
+
+    def hosts_and_lots(drawn: timeline.Timeline) -> tuple[list[str], list[int]]:
+        return [g.title for g in drawn.groups], [r.lot.pk for g in drawn.groups for r in g.rows]
+
+    everything = timeline.build(now=now, days=30)
+    assert (everything.page, everything.pages, everything.hosts) == (1, 1, 3)
+    monkeypatch.setattr(timeline, "HOSTS_PER_PAGE", 2)
+    first, second = (timeline.build(now=now, days=30, page=n) for n in (1, 2))
+    assert [(p.page, p.pages, p.hosts) for p in (first, second)] == [(1, 2, 3), (2, 2, 3)]
+    # Whole hosts, in the order of the one-page timeline: none lost, none twice.
+    assert [len(first.groups), len(second.groups)] == [2, 1]
+    hosts, lots = hosts_and_lots(everything)
+    assert hosts_and_lots(first)[0] + hosts_and_lots(second)[0] == hosts
+    assert hosts_and_lots(first)[1] + hosts_and_lots(second)[1] == lots
+    assert sorted(lots) == sorted(Lot.objects.values_list("pk", flat=True))
+    # A page out of range is the nearest one; a filter to one host is one page.
+    assert timeline.build(now=now, days=30, page=0).page == 1
+    assert hosts_and_lots(timeline.build(now=now, days=30, page=99)) == hosts_and_lots(second)
+    one = timeline.build(now=now, days=30, host="test-h200", page=2)
+    assert (one.page, one.pages, one.hosts, len(one.groups)) == (1, 1, 1, 1)
+
+
+def test_the_timeline_page_links_keep_the_filters_and_mark_the_current_page(
+    operator: Client,
+    inventory: Inventory,
+    make_request: RequestFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reservations import timeline
+
+    monkeypatch.setattr(timeline, "HOSTS_PER_PAGE", 1)
+    order = place_order(make_request(lot_count=1, window_days=3))  # on an H200 lot
+    pages = {}
+    for n in (1, 2, 3):
+        response = operator.get(f"/admin/timeline/?days=30&page={n}")
+        assert response.status_code == 200
+        pages[n] = response.content.decode()
+    on = [n for n, html in pages.items() if f"/admin/reservations/order/{order.pk}/change/" in html]
+    assert len(on) == 1  # the order's host is on one page, its bar with it
+    second = pages[2]
+    assert '<nav class="tl-pages" aria-label="Pages of the timeline">' in second
+    assert "Hosts 2\N{EN DASH}2 of 3" in second
+    for n in (1, 2, 3):  # each page a link that keeps the range
+        assert f'href="?days=30&amp;page={n}"' in second
+    assert 'href="?days=30&amp;page=2" aria-current="page">2</a>' in second
+    assert 'href="?days=30&amp;page=1" rel="prev"' in second
+    assert 'href="?days=30&amp;page=3" rel="next"' in second
+    assert 'rel="prev"' not in pages[1]
+    assert 'rel="next"' not in pages[3]
+    kept = operator.get("/admin/timeline/?kind=h200&host=&days=90&page=1").content.decode()
+    assert '<nav class="tl-pages"' not in kept  # one H200 host: one page, no page links
+    assert order.reference in kept
+    assert operator.get("/admin/timeline/?page=junk").status_code == 200
+
+
+def test_the_timeline_page_echoes_only_its_filters_and_is_compressed_for_a_browser(
+    operator: Client, inventory: Inventory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+
+    from reservations import timeline
+
+    monkeypatch.setattr(timeline, "HOSTS_PER_PAGE", 1)
+    plain = operator.get("/admin/timeline/?days=30&page=2&guess=D0001")
+    html = plain.content.decode()
+    assert 'href="?days=30&amp;page=3"' in html
+    assert "guess" not in html  # nothing else from the address
+    assert "D0001" not in html
+    assert not plain.has_header("Content-Encoding")
+    packed = operator.get("/admin/timeline/?days=30&page=2", headers={"accept-encoding": "gzip"})
+    assert packed["Content-Encoding"] == "gzip"
+    assert "Accept-Encoding" in packed["Vary"]
+    page = gzip.decompress(packed.content).decode()
+    assert 'aria-current="page">2</a>' in page
+    assert len(packed.content) < len(page)
+
+
+def test_the_timeline_places_its_tracks_and_today_in_pixels_in_every_language(
+    operator: Client, inventory: Inventory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reservations import timeline
+
+    monkeypatch.setattr(timeline, "HOSTS_PER_PAGE", 1)
+    # German and French write 3008,0 for 3008.0: a CSS length with a comma is no length.
+    html = operator.get("/admin/timeline/?days=30", headers={"accept-language": "de"})
+    text = html.content.decode()
+    assert 'lang="de"' in text
+    assert 'aria-label="Seiten des Belegungsplans"' in text
+    assert "Hosts 1\N{EN DASH}1 von 3" in text
+    assert 'rel="next">Weiter ' in text
+    tracks = re.findall(r'class="tl-(?:track|days)" style="width:([^"]*)px"', text)
+    today = re.findall(r'class="tl-today" style="left:([^"]*)px"', text)
+    assert tracks
+    assert today
+    assert all(re.fullmatch(r"\d+(\.\d+)?", value) for value in tracks + today), tracks + today
