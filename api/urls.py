@@ -17,6 +17,7 @@ urlpatterns = [
     path("orders/", views.OrdersView.as_view(), name="orders"),
     path("orders/<str:reference>/", views.OrderView.as_view(), name="order"),
     path("orders/<str:reference>/cancel/", views.CancelView.as_view(), name="cancel"),
+    path("orders/<str:reference>/ssh-keys/", views.SshKeysView.as_view(), name="ssh_keys"),
     path("orders/<str:reference>/invoice/", views.InvoiceView.as_view(), name="invoice"),
     path("orders/<str:reference>/claim/", views.ClaimView.as_view(), name="claim"),
     path("orders/<str:reference>/refunds/", views.RefundsView.as_view(), name="refunds"),
