@@ -501,6 +501,26 @@ class RefundLineSerializer(serializers.Serializer):
         return RefundSentSerializer(shown, many=True).data
 
 
+class SshKeysChangeSerializer(StrictSerializer):
+    ssh_public_keys = serializers.ListField(
+        child=serializers.CharField(max_length=16384),
+        min_length=1,
+        max_length=10,
+        help_text="OpenSSH lines, or RFC 4716 / PuTTY blocks (converted); replaces every key",
+    )
+
+
+class SshKeySerializer(serializers.Serializer):
+    algorithm = serializers.CharField()
+    fingerprint = serializers.CharField(help_text="SHA256, as ssh-keygen -l")
+    public_key = serializers.CharField(help_text="One OpenSSH line")
+
+
+class SshKeysSerializer(serializers.Serializer):
+    ssh_keys = SshKeySerializer(many=True)
+    changeable = serializers.BooleanField(help_text="Whether they may still change")
+
+
 class CancelSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=2000, validators=[refuse_bidi_controls])
 

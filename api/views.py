@@ -332,6 +332,42 @@ class CancelView(APIView):
         return Response(s.OrderSerializer(order).data)
 
 
+class SshKeysView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @staticmethod
+    def _answer(order: Order) -> Response:
+        keys = order.ssh_keys.values("algorithm", "fingerprint", "public_key")
+        body = {"ssh_keys": list(keys), "changeable": services.can_change_keys(order)}
+        return Response(s.SshKeysSerializer(body).data)
+
+    @extend_schema(
+        responses={200: s.SshKeysSerializer, 401: ERRORS[401], 404: ERRORS[404]},
+        summary="The order's SSH keys",
+    )
+    def get(self, request: Request, reference: str) -> Response:
+        return self._answer(_own_order(request, reference))
+
+    @extend_schema(
+        request=s.SshKeysChangeSerializer,
+        responses={
+            200: s.SshKeysSerializer,
+            400: ERRORS[400],
+            401: ERRORS[401],
+            404: ERRORS[404],
+            409: OpenApiResponse(ERROR, "keys_locked: the window has ended, or it was cancelled"),
+        },
+        summary="Replace the order's SSH keys (installed on the hosts once access is open)",
+    )
+    def put(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        body = s.SshKeysChangeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        text = "\n".join(body.validated_data["ssh_public_keys"])
+        services.change_ssh_keys(order, text, actor=services.Actor.of(_user(request)))
+        return self._answer(order)
+
+
 class InvoiceView(APIView):
     permission_classes = (IsAuthenticated,)
 

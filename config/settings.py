@@ -227,6 +227,10 @@ EMAIL_BACKEND = (
 )
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "GPU lots <bookings@localhost>") or ""
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
+HELP_EMAIL = env_str("HELP_EMAIL", "help@localhost") or ""
+"""Where researchers write for help: in every page's footer and at the end of every mail."""
+HELP_URL = env_str("HELP_URL", "") or ""
+"""An optional help page, shown next to HELP_EMAIL."""
 
 # --- Celery (Redis broker). Tasks take primary keys and are enqueued after commit. ---
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)

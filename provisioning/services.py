@@ -275,6 +275,10 @@ def _open_access(
         return job
     job.refresh_from_db()
     activate_if_ready(job.order_id)
+    if keys_of(job) != keys:  # changed while this run opened it: the current ones go in too
+        from provisioning import keys as key_change
+
+        key_change.enqueue(job.pk)
     return job
 
 

@@ -8,7 +8,7 @@ from celery import shared_task
 from celery.app.task import Task
 from django.core.cache import cache
 
-from provisioning import schedule, services
+from provisioning import keys, schedule, services
 from provisioning.backends import HostKeyRefused, StepFailed
 from provisioning.models import ProvisioningJob
 
@@ -28,6 +28,27 @@ def provision_lot(self: Task, job_id: int) -> str:
         if self.request.retries >= MAX_ATTEMPTS:
             services.fail_job(job_id, str(exc))
             return ProvisioningJob.Status.FAILED
+        raise self.retry(exc=exc, countdown=min(300, 5 * 2**self.request.retries)) from exc
+
+
+@shared_task(
+    bind=True, name="provisioning.tasks.install_ssh_keys", acks_late=True, max_retries=MAX_ATTEMPTS
+)
+def install_ssh_keys(self: Task, job_id: int) -> bool:
+    """The order's changed keys onto one lot's host (provisioning.keys), retried with backoff
+    while the host is away; a refused host key is the operator's to check, not retried."""
+    try:
+        return keys.install_keys(job_id)
+    except HostKeyRefused as exc:
+        services.flag_host_key(
+            ProvisioningJob.objects.select_related("lot__host").get(pk=job_id).lot.host, exc
+        )
+        keys.installation_failed(job_id, str(exc))
+        return False
+    except (StepFailed, OSError) as exc:
+        if self.request.retries >= MAX_ATTEMPTS:
+            keys.installation_failed(job_id, str(exc))
+            return False
         raise self.retry(exc=exc, countdown=min(300, 5 * 2**self.request.retries)) from exc
 
 

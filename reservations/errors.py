@@ -137,6 +137,10 @@ MESSAGES = {
         "choose another coin once one has expired."
     ),
     "invalid_transition": _("This order cannot go from %(current)s to %(target)s."),
+    "keys_locked": _(
+        "The SSH keys of this order can no longer change: its window has ended, or it was "
+        "cancelled or expired."
+    ),
     "move_not_counting": _("This booking was already moved or released."),
     "move_order_ended": _("This order no longer holds lots: there is nothing to move."),
     "move_same_lot": _("The booking is already on lot %(lot)s."),
@@ -198,6 +202,18 @@ class InvalidTransition(Exception):
         super().__init__(str(MESSAGES[self.code] % {"current": current, "target": target}))
         self.current = current
         self.target = target
+
+
+class KeysLocked(InvalidTransition):
+    """An order's SSH keys cannot change any more (its window ended, or it was cancelled or
+    expired)."""
+
+    code = "keys_locked"
+
+    def __init__(self, current: str) -> None:
+        Exception.__init__(self, str(MESSAGES[self.code]))
+        self.current = current
+        self.target = current
 
 
 class MoveRefused(Exception):

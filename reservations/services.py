@@ -25,6 +25,7 @@ from reservations import availability, fairness, notifications, placement
 from reservations.errors import (
     BookingRefused,
     InvalidTransition,
+    KeysLocked,
     LotUnavailable,
     refusal,
 )
@@ -38,6 +39,8 @@ from reservations.models import (
     OrderEvent,
     OrderSshKey,
 )
+from reservations.signals import ssh_keys_changed
+from reservations.ssh_keys import SshKeyError, parse_public_keys
 from reservations.validation import OrderRequest, ValidRequest, catalogue_refusals, validate
 
 log = logging.getLogger(__name__)
@@ -494,3 +497,73 @@ def cancel_order(order: Order, *, actor: Actor, reason: str) -> None:
         from payments.services import order_cancelled
 
         order_cancelled(order)
+
+
+# --------------------------------------------------------------------------- self-service
+
+KEYS_CHANGEABLE = (
+    Order.STATUS_AWAITING_PAYMENT,
+    Order.STATUS_PAID,
+    Order.STATUS_APPROVED,
+    Order.STATUS_ACTIVE,
+)
+"""While an order's keys may still change: until its window ends (before access opens they
+simply go in at the start; after, provisioning installs them on the hosts)."""
+KEYS_CHANGED = "SSH keys changed"
+
+
+def can_change_keys(order: Order, *, now: datetime | None = None) -> bool:
+    """Whether the researcher may still change this order's SSH keys."""
+    return order.status in KEYS_CHANGEABLE and (now or timezone.now()) < order.ends_at
+
+
+def can_cancel(order: Order) -> bool:
+    """Whether the researcher may cancel this order: before payment only (as the API says;
+    after it, the operator decides and refunds)."""
+    return order.status == Order.STATUS_AWAITING_PAYMENT
+
+
+def change_ssh_keys(order: Order, text: str, *, actor: Actor, now: datetime | None = None) -> bool:
+    """The order's SSH keys become the ones in ``text`` (parsed as at booking: OpenSSH lines
+    or RFC 4716 / PuTTY blocks, converted).
+
+    Raises BookingRefused (field ``ssh_public_keys``) for unusable keys or a private key —
+    then nothing changed — and InvalidTransition once the order's window has ended or it is
+    cancelled or expired. False when the keys are the same as before (nothing written).
+    Otherwise the keys are replaced under the order's row lock, the order's ``updated_at``
+    moves (its page shows them at once), an audit event lists the new fingerprints, and
+    ``signals.ssh_keys_changed`` tells provisioning, which installs them on the hosts where
+    access is open (after commit, from the database).
+    """
+    try:
+        keys = parse_public_keys(text)
+    except SshKeyError as exc:
+        params = {"line": exc.line_number, "detail": exc.detail}
+        raise BookingRefused({"ssh_public_keys": [refusal(exc.code, **params)]}) from None
+    now = now or timezone.now()
+    with transaction.atomic():
+        # Locks: this order's row (ordered with cancelling, paying and other key changes).
+        current = (
+            Order.objects.select_for_update().filter(pk=order.pk).values("status", "ends_at").get()
+        )
+        if current["status"] not in KEYS_CHANGEABLE or now >= current["ends_at"]:
+            raise KeysLocked(current["status"])
+        before = set(OrderSshKey.objects.filter(order=order).values_list("fingerprint", flat=True))
+        if before == {key.fingerprint for key in keys}:
+            return False
+        OrderSshKey.objects.filter(order=order).delete()
+        OrderSshKey.objects.bulk_create(
+            OrderSshKey(
+                order=order, algorithm=k.algorithm, public_key=k.line, fingerprint=k.fingerprint
+            )
+            for k in keys
+        )
+        Order.objects.filter(pk=order.pk).update(updated_at=now)
+        fingerprints = ", ".join(key.fingerprint for key in keys)
+        _record(
+            order, current["status"], current["status"], actor, f"{KEYS_CHANGED}: {fingerprints}"
+        )
+        order.status = current["status"]
+        order.updated_at = now
+        ssh_keys_changed.send(sender=Order, order=order)
+    return True

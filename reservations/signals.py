@@ -15,3 +15,9 @@ A receiver that cannot follow the move (access already delivered on the old lot,
 nothing of it stays, and the operator sees that sentence. Whatever a receiver writes to the
 database commits or rolls back with the move.
 """
+
+ssh_keys_changed = Signal()
+"""The researcher changed an order's SSH keys: sent by ``reservations.services.change_ssh_keys``
+inside its transaction, once the new keys replaced the old ones, with ``sender=Order`` and the
+keyword argument ``order``. A receiver that puts the keys somewhere (provisioning: the hosts
+where access is open) does so after commit, from the database, never from the signal."""

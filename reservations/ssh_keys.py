@@ -1,7 +1,10 @@
 """Validate the SSH public keys a researcher will log in with.
 
-A key is accepted only as one ``authorized_keys``-style line without options: algorithm,
-base64 blob, optional comment. The blob must decode strictly, name the same algorithm,
+A key is accepted as one ``authorized_keys``-style line without options: algorithm,
+base64 blob, optional comment; or as an RFC 4716 block ("---- BEGIN SSH2 PUBLIC KEY ----",
+headers such as ``Comment:``, the blob wrapped over several lines), which is what PuTTYgen's
+"Save public key" and ``ssh-keygen -e`` write: it is converted to that one-line form and
+checked as one. The blob must decode strictly, name the same algorithm,
 and parse (cryptography's parser, or the wire format for security-key types). RSA needs
 2048 bits or more; DSA is refused. Anything that looks like a private key is refused
 with its own message and is never echoed back, logged or stored.
@@ -49,6 +52,13 @@ _ALGORITHM_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9@.]+)+$")
 never a piece of base64 that may be a secret."""
 _PASSWORD_BASED = (bytes.fromhex("2a864886f70d0105"), bytes.fromhex("2a864886f70d010c"))
 """OID prefixes of PKCS#5 and PKCS#12 password-based encryption (encrypted PKCS#8)."""
+
+
+SSH2_BEGIN = "---- BEGIN SSH2 PUBLIC KEY ----"
+SSH2_END = "---- END SSH2 PUBLIC KEY ----"
+_SSH2_HEADER = re.compile(r"^([\x21-\x39\x3b-\x7e]{1,64}):\s?(.*)$")
+"""An RFC 4716 header line: a tag of printable characters but the colon, ``: ``, a value."""
+MAX_BLOCK_LINES = 400
 
 
 class SshKeyError(CodedError):
@@ -146,12 +156,17 @@ def parse_public_keys(text: str) -> list[PublicKey]:
     Raises ``SshKeyError`` for the first unusable line, or for the whole text when it holds
     a private key. Duplicates (same key blob) are kept once.
     """
-    if looks_like_private_key(text):
+    # Markers first: a private key is refused before anything of it is converted or parsed.
+    if _PRIVATE_MARKERS.search(text):
+        raise SshKeyError("ssh_private_key")
+    lines = one_line_form(text)
+    if looks_like_private_key("\n".join(line for _n, line, _e in lines if not _e)):
         raise SshKeyError("ssh_private_key")
     keys: list[PublicKey] = []
     seen: set[bytes] = set()
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    for number, line, error in lines:
+        if error is not None:
+            raise error
         if not line or line.startswith("#"):
             continue
         key = parse_public_key(line, number)
@@ -163,6 +178,74 @@ def parse_public_keys(text: str) -> list[PublicKey]:
     if len(keys) > MAX_KEYS:
         raise SshKeyError("ssh_too_many_keys")
     return keys
+
+
+def one_line_form(text: str) -> list[tuple[int, str, SshKeyError | None]]:
+    """``text`` as (line number, stripped line, error) with every RFC 4716 block converted
+    to one OpenSSH line (numbered by its BEGIN line); a block that cannot be converted
+    carries its error instead of a line. Other lines pass unchanged."""
+    found: list[tuple[int, str, SshKeyError | None]] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        line = lines[index].strip()
+        number = index + 1
+        index += 1
+        if not _is_marker(line, SSH2_BEGIN):
+            found.append((number, line, None))
+            continue
+        block: list[str] = []
+        while index < len(lines) and not _is_marker(lines[index].strip(), SSH2_END):
+            block.append(lines[index].strip())
+            index += 1
+        if index >= len(lines) or len(block) > MAX_BLOCK_LINES:
+            detail = "the SSH2 key block has no END line"
+            found.append((number, "", SshKeyError("ssh_key_invalid", number, detail)))
+            continue
+        index += 1  # the END line
+        try:
+            found.append((number, _from_rfc4716(block, number), None))
+        except SshKeyError as exc:
+            found.append((number, "", exc))
+    return found
+
+
+def _is_marker(line: str, marker: str) -> bool:
+    """A BEGIN or END line, however its dashes and spaces were copied."""
+    return " ".join(line.strip("- ").upper().split()) == marker.strip("- ")
+
+
+def _from_rfc4716(block: list[str], number: int) -> str:
+    """An RFC 4716 block's inside (headers, then the wrapped base64) as one OpenSSH line:
+    algorithm (read from inside the blob), base64, comment (its Comment header)."""
+    comment = ""
+    body: list[str] = []
+    lines = iter(block)
+    for line in lines:
+        header = _SSH2_HEADER.match(line) if not body else None
+        if header is None:
+            if line:
+                body.append(line)
+            continue
+        value = header.group(2)
+        while value.endswith("\\"):  # a header value continued on the next line
+            value = value[:-1] + next(lines, "")
+        if header.group(1).lower() == "comment":
+            comment = value.strip()
+            if len(comment) >= 2 and comment[0] == comment[-1] == '"':
+                comment = comment[1:-1]
+    encoded = "".join(body)
+    try:
+        blob = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise SshKeyError("ssh_key_invalid", number, "the key is not valid base64") from None
+    fields = _wire_strings(blob, number)
+    algorithm = fields[0].decode("ascii", "replace") if fields else ""
+    if not (len(algorithm) <= 40 and _ALGORITHM_NAME.match(algorithm)):
+        raise SshKeyError("ssh_key_invalid", number, "the SSH2 key block holds no key type")
+    if not _COMMENT_OK.match(comment):
+        comment = ""  # only a label: one that authorized_keys cannot carry is left out
+    return f"{algorithm} {encoded} {comment}".rstrip()
 
 
 def parse_public_key(line: str, line_number: int = 1) -> PublicKey:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reservations import campaign_views, views
+from reservations import campaign_views, self_service, views
 
 app_name = "reservations"
 
@@ -12,6 +12,12 @@ urlpatterns = [
     path("book/review/", views.book_review, name="book_review"),
     path("book/next-start/", views.book_next_start, name="book_next_start"),
     path("orders/<str:reference>/<str:secret>/", views.order_detail, name="order"),
+    path("orders/<str:reference>/<str:secret>/cancel/", self_service.cancel, name="order_cancel"),
+    path(
+        "orders/<str:reference>/<str:secret>/ssh-keys/",
+        self_service.change_keys,
+        name="order_ssh_keys",
+    ),
     path(
         "orders/<str:reference>/<str:secret>/checkpoints/<int:position>/outcome/",
         campaign_views.record_outcome,
