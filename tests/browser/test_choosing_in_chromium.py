@@ -141,3 +141,40 @@ def test_the_order_page_gives_the_window_in_the_readers_time_too(
     expect(local).to_contain_text(hour)
     assert "(UTC)" in page.inner_text("main")  # the UTC time stays
     page.context.close()
+
+
+@pytest.mark.parametrize(("language", "viewport"), [("en", DESKTOP), ("de", PHONE)])
+def test_the_advisor_says_what_would_fit_and_switches_to_what_it_recommends(
+    browser: Browser, live_server: Any, shots: Shots, language: str, viewport: dict[str, int]
+) -> None:
+    build_inventory()
+    page = open_page(browser, viewport)
+    page.goto(f"{live_server.url}/{language}/book/")
+    page.check("input[name=kind][value=b200]")
+    page.check("input[name=window_days][value='7']")
+    page.fill("#id_start_date", day(6))
+    # 70B trained in bf16 fits no lot: the advisor says what would.
+    page.fill("#id_model_params_billion", "70")
+    page.select_option("#id_model_precision", "bf16")
+    page.select_option("#id_model_workload", "training")
+    ideas = page.get_by_test_id("suggestions")
+    expect(ideas).to_contain_text("QLoRA")
+    expect(ideas).to_contain_text("LoRA")
+    shots(page, "suggestions")
+    assert axe_violations(page) == []
+
+    # 7B inference with a long context: it fits one card of each kind; the H200 is
+    # recommended (the CUDA environment runs there, it is free, and the cheapest CUDA card).
+    page.fill("#id_model_params_billion", "7")
+    page.select_option("#id_model_workload", "inference")
+    page.fill("#id_model_seq_len", "16384")
+    page.fill("#id_model_micro_batch", "4")
+    reasons = page.get_by_test_id("reasons")
+    expect(reasons).to_be_visible()
+    expect(page.locator(".advice tr.recommended")).to_contain_text("H200")
+    page.get_by_test_id("switch-recommended").click()
+    expect(page.locator("input[name=kind][value=h200]")).to_be_checked()
+    expect(page.get_by_test_id("switch-recommended")).to_have_count(0)  # now the chosen one
+    shots(page, "recommended")
+    assert axe_violations(page) == []
+    page.context.close()
