@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from api import views
@@ -38,4 +38,6 @@ urlpatterns = [
     ),
     path("orders/<str:reference>/report/", views.ReportView.as_view(), name="report"),
     path("orders/<str:reference>/receipt/", views.ReceiptView.as_view(), name="receipt"),
+    # Last: whatever else is asked under /api/v1/ is a JSON 404.
+    re_path(r"^", views.NoSuchEndpoint.as_view(), name="no_such_endpoint"),
 ]

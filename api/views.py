@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from django.db import connection, models, transaction
 from django.db.models import Prefetch
@@ -614,3 +615,17 @@ class ReceiptView(APIView):
         if issued is None:
             raise exceptions.NotFound()
         return pdf_response(issued)
+
+
+@extend_schema(exclude=True)
+class NoSuchEndpoint(APIView):
+    """An address under /api/v1/ that names no endpoint (or a malformed one, e.g. a negative
+    checkpoint number): a JSON 404 with its code, like every other API error — never the
+    site's HTML page."""
+
+    permission_classes = (AllowAny,)
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        raise exceptions.NotFound()
+
+    post = put = patch = delete = get

@@ -17,7 +17,7 @@
   });
 
   function fill(root) {
-    root.querySelectorAll(".local-time[hidden][data-local-start]").forEach(function (element) {
+    root.querySelectorAll(".local-window[hidden][data-local-start]").forEach(function (element) {
       var start = new Date(element.getAttribute("data-local-start"));
       var end = new Date(element.getAttribute("data-local-end"));
       if (isNaN(start.getTime()) || isNaN(end.getTime())) return;

@@ -310,3 +310,21 @@ def test_tokens_are_made_shown_once_and_revoked_on_the_account_page(client: Clie
     token = ApiToken.objects.get()
     client.post(f"/en/account/tokens/{token.pk}/revoke/")
     assert get(client, "/api/v1/orders/", shown).status_code == 401
+
+
+def test_an_address_that_names_no_endpoint_is_a_json_404(
+    client: Client, ada: tuple[User, str]
+) -> None:
+    """Schemathesis once sent a negative checkpoint number: the route did not match and the
+    answer was the site's HTML 404, a content type the schema does not document."""
+    _, token = ada
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    for method, path in [
+        ("post", "/api/v1/orders/GL-X/checkpoints/-1/outcome/"),
+        ("get", "/api/v1/no-such-thing/"),
+        ("delete", "/api/v1/orders/GL-X/checkpoints/one/outcome/"),
+    ]:
+        response = getattr(client, method)(path, **auth)
+        assert response.status_code == 404, path
+        assert response["Content-Type"] == "application/json", path
+        assert response.json()["code"] == "not_found", path
