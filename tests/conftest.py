@@ -142,6 +142,20 @@ def celery_worker(django_db_setup: None, django_db_blocker: object) -> Iterator[
         yield from start_worker()
 
 
+@pytest.fixture(autouse=True)
+def _worker_settles(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test with the session's worker, the worker is idle before the database is
+    flushed: the database fixture is set up from in here, so it is torn down after this
+    fixture's wait."""
+    if "celery_worker" not in request.fixturenames:
+        yield
+        return
+    request.getfixturevalue("_django_db_helper")
+    worker = request.getfixturevalue("celery_worker")
+    yield
+    assert worker.settle(), f"the worker stayed busy after the test:\n{worker.log()[-3000:]}"
+
+
 @pytest.fixture
 def eager_tasks() -> Iterator[None]:
     """Run Celery tasks in the calling process (for page tests; flows that matter use a

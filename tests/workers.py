@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -26,6 +27,35 @@ class WorkerProcess:
 
     def log(self) -> str:
         return "".join(self.output)
+
+    def hostname(self) -> str:
+        found = re.search(r"(celery@\S+) ready\.", self.log())
+        return found.group(1) if found else ""
+
+    def settle(self, timeout: float = 60) -> bool:
+        """Leave the worker idle for the next test: drop what still waits in its queue, wait
+        until it runs nothing, and revoke what it holds for later (prefetched, or a retry's
+        countdown). A task still running while the test database is flushed deadlocks the
+        flush (TRUNCATE against the task's locks) and the next test finds the last one's
+        rows. True once idle; False if it stayed busy for ``timeout`` seconds."""
+        from config.celery import app
+
+        name = self.hostname()
+        app.control.purge()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            inspect = app.control.inspect(destination=[name], timeout=1.0)
+            active = inspect.active() or {}  # no answer: busy (the solo pool is running)
+            if name in active and not active[name]:
+                held = [task["id"] for task in (inspect.reserved() or {}).get(name, [])]
+                held += [
+                    task["request"]["id"] for task in (inspect.scheduled() or {}).get(name, [])
+                ]
+                if held:
+                    app.control.revoke(held)
+                return True
+            time.sleep(0.2)
+        return False
 
 
 def start_worker(
