@@ -26,12 +26,13 @@ from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from payments.models import BillingDetails, Invoice, Receipt, Transfer, units
 from payments.services import PAID_ORDER_STATUSES
 from reservations.models import Order
+from reservations.templatetags.money import local_units, usd
 from reservations.templatetags.money import units as coin
-from reservations.templatetags.money import usd
 
 NUMBERING_LOCK = "payments.receipt_number"
 """The advisory lock every new receipt number is taken under (one at a time)."""
@@ -215,8 +216,8 @@ def _document(
             Line(_("Order"), order.reference),
             Line(
                 _("Booked"),
-                _("%(lots)s × %(kind)s (two cards per lot)")
-                % {"lots": order.lot_count, "kind": order.kind.name},
+                ngettext("%(lots)s lot of %(kind)s", "%(lots)s lots of %(kind)s", order.lot_count)
+                % {"lots": order.lot_count, "kind": local_units(order.kind.name)},
             ),
             Line(
                 _("Window"),

@@ -83,15 +83,15 @@ def _blank(label: str) -> list[tuple[str, str]]:
 def kind_label(kind: HardwareKind) -> str:
     """A hardware choice: the kind (with its memory) and its lowest price per GPU-hour."""
     from reservations.quotes import per_gpu_hour
-    from reservations.templatetags.money import usd
+    from reservations.templatetags.money import local_units, usd
 
     rates = [
         per_gpu_hour(p.amount_usd, p.window_days, kind.cards_per_lot) for p in kind.prices.all()
     ]
     if not rates:
-        return kind.name
+        return local_units(kind.name)
     return gettext("%(kind)s · from %(rate)s per GPU-hour") % {
-        "kind": kind.name,
+        "kind": local_units(kind.name),
         "rate": usd(min(rates)),
     }
 

@@ -62,3 +62,15 @@ def test_the_placed_mail_counts_lots_in_words(
     (message,) = mail.outbox
     assert f"2 Lose mit {order.kind.name}" in message.body
     assert " × 2×" not in message.body
+
+
+@pytest.mark.django_db
+def test_french_pages_write_memory_in_go_as_their_prose_does(
+    client: Client, inventory: Inventory
+) -> None:
+    html = client.get("/fr/").content.decode()
+    assert "2× NVIDIA H200 141 Go" in html
+    assert "141 GB" not in html
+    book = client.get("/fr/book/").content.decode()
+    assert "2× NVIDIA H200 141 Go · à partir de" in book
+    assert "2× NVIDIA H200 141 GB" in client.get("/en/").content.decode()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Context, Decimal
 
 from django import template
 from django.utils import formats
-from django.utils.translation import get_language
+from django.utils.translation import get_language, gettext
 
 register = template.Library()
 
@@ -32,3 +33,17 @@ def usd(value: Decimal | int | float | None, places: int = 2) -> str:
     if (get_language() or "en").startswith("en"):
         return f"${number}"
     return f"{number}\u00a0$"
+
+
+GB_IN_NAME = re.compile(r"(\d+(?:[.,]\d+)?)\s?GB\b")
+
+
+def local_units(text: object) -> str:
+    """A kind's name with its memory as the language writes it: "2× NVIDIA H200 141 Go" in
+    French (the catalogue's names say "GB")."""
+    return GB_IN_NAME.sub(lambda m: gettext("%(gb)s GB") % {"gb": m.group(1)}, str(text))
+
+
+@register.filter
+def memory_units(value: object) -> str:
+    return local_units(value)

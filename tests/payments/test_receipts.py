@@ -83,7 +83,7 @@ def test_a_paid_order_gets_a_receipt_with_its_payment(
     rate = f"{invoice.usd_per_unit.normalize():,f}"
     assert f"1 ETH = ${rate}" in text or f"1 ETH = ${rate}.00" in text
     assert "chain id 31337" in text
-    assert "1 × 2× NVIDIA H200 141 GB" in text
+    assert "1 lot of 2× NVIDIA H200 141 GB" in text
     assert order.environment.name in text
     assert "GPU lots (local development)" in text  # the issuer, from the settings
     assert "Settled" in text

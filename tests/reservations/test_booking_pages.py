@@ -69,8 +69,9 @@ def test_the_landing_page_explains_lots_and_shows_prices(
 ) -> None:
     html = client.get(f"/{language}/").content.decode()
     assert f'<html lang="{language}">' in html
-    assert "2× NVIDIA H200 141 GB" in html
-    assert "2× AMD MI300X 192 GB" in html
+    unit = "Go" if language == "fr" else "GB"  # as the French prose writes it
+    assert f"2× NVIDIA H200 141 {unit}" in html
+    assert f"2× AMD MI300X 192 {unit}" in html
     price = {"en": "$1,130", "de": "1.130\u00a0$", "fr": "1\u00a0130\u00a0$"}[language]
     assert price in html
     for code in ("en", "de", "fr"):
