@@ -104,6 +104,7 @@ def test_the_landing_page_shows_the_rate_per_gpu_hour(inventory: Inventory, clie
     html = client.get("/en/").content.decode()
     assert "$3.36 per GPU-hour" in html  # H200, 7 days
     assert 'class="scroll-hint"' in html
+    assert "calendar shows the free start dates" in html  # the table is one window only
 
 
 def test_the_calendar_marks_the_start_dates_with_enough_free_lots(
