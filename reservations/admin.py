@@ -45,7 +45,7 @@ from reservations.models import (
     OrderSshKey,
     Price,
 )
-from reservations.records import RecordAdmin
+from reservations.records import ReadOnlyInline, RecordAdmin
 
 
 class PriceInline(admin.TabularInline):
@@ -517,18 +517,6 @@ class LotAdmin(RefusalsAsMessages):
             % {"order": hold.order.reference, "old": lot, "new": new.lot},
             messages.SUCCESS,
         )
-
-
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    template = "admin/edit_inline/tabular_region.html"
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class ProvisioningInline(ReadOnlyInline):

@@ -3,8 +3,6 @@ outcome) and early-end requests; lists of both; the answer to an early-end reque
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -12,23 +10,11 @@ from django.utils.translation import gettext_lazy
 
 from reservations import campaign
 from reservations.models import Checkpoint, EarlyEndRequest
-from reservations.records import RecordAdmin
+from reservations.records import ReadOnlyInline, RecordAdmin
 from reservations.services import Actor
 
 
-class _ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    template = "admin/edit_inline/tabular_region.html"
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class CheckpointInline(_ReadOnlyInline):
+class CheckpointInline(ReadOnlyInline):
     model = Checkpoint
     fields = (
         "position",
@@ -43,7 +29,7 @@ class CheckpointInline(_ReadOnlyInline):
     verbose_name_plural = gettext_lazy("campaign checkpoints")
 
 
-class EarlyEndRequestInline(_ReadOnlyInline):
+class EarlyEndRequestInline(ReadOnlyInline):
     model = EarlyEndRequest
     fields = ("requested_at", "reason", "handled_at", "handled_by", "handling_note")
     readonly_fields = fields

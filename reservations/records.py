@@ -20,3 +20,18 @@ class RecordAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    """Such records on their parent's page: a table to read, in a region that scrolls
+    sideways on a phone and takes the keyboard's focus (tabular_region.html)."""
+
+    extra = 0
+    template = "admin/edit_inline/tabular_region.html"
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
