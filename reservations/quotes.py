@@ -5,6 +5,8 @@ Read-only, a handful of queries, safe to call on every keystroke.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -125,6 +127,13 @@ def quote(
     refused_start = start_refusal(starts_at, now) if starts_at is not None else None
     if refused_start is not None:
         refusals.extend(refused_start.messages)
+    # Free lots per kind on the window asked for: read once, by the advisor's context and
+    # the other kinds' list, and only if one of them needs it.
+    free_counts = (
+        functools.cache(lambda: availability.free_lot_counts(starts_at, window))
+        if window is not None and starts_at is not None and not refusals
+        else None
+    )
     advice, advice_error = _advice(
         params_billion,
         precision,
@@ -132,10 +141,9 @@ def quote(
         seq_len,
         micro_batch,
         window,
-        starts_at,
         environment,
         lot_count,
-        refusals,
+        free_counts,
     )
     if hardware is None:
         return Quote(
@@ -189,15 +197,16 @@ def quote(
             result["next_start"] = availability.earliest_handover(
                 hardware, window, lot_count, starts_at
             )
-        result["alternatives"] = _alternatives(hardware, starts_at, window)
+        assert free_counts is not None  # window and start known, nothing refused
+        result["alternatives"] = _alternatives(hardware, window, free_counts())
     return Quote(**result)
 
 
 def _alternatives(
-    chosen: HardwareKind, starts_at: datetime, window: int
+    chosen: HardwareKind, window: int, free: dict[int, int]
 ) -> tuple[Alternative, ...]:
-    """The other offered kinds on the same window (two queries: free lots, prices)."""
-    free = availability.free_lot_counts(starts_at, window)
+    """The other offered kinds on the same window, with ``free`` lots per kind id (one
+    query: the prices)."""
     prices = {
         p.kind_id: p.amount_usd
         for p in Price.objects.filter(window_days=window, kind__is_offered=True)
@@ -225,10 +234,9 @@ def _advice(
     seq_len: int | None,
     micro_batch: int | None,
     window: int | None,
-    starts_at: datetime | None,
     environment: str,
     lot_count: int,
-    refusals: list[str],
+    free_counts: Callable[[], dict[int, int]] | None,
 ) -> tuple[Advice | None, str | None]:
     """The advisor's answer, its recommendation weighing the price per GPU-hour for the
     window, the lots free on the date and the chosen environment (one query each)."""
@@ -242,8 +250,8 @@ def _advice(
         if price.window_days == window
     }
     free: dict[str, int] = {}
-    if window is not None and starts_at is not None and not refusals:
-        counts = availability.free_lot_counts(starts_at, window)
+    if free_counts is not None:
+        counts = free_counts()
         free = {kind.slug: counts.get(kind.pk, 0) for kind in kinds}
     env = Environment.objects.filter(slug=environment, is_offered=True).first()
     context = Context(
