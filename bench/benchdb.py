@@ -146,10 +146,19 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[index]
 
 
-async def client(port: int, paths: list[str], latencies: list[float], *, cookie: str = "") -> None:
-    """One keep-alive connection asking for ``paths`` in turn (with ``cookie``, if any)."""
+async def client(
+    port: int,
+    paths: list[str],
+    latencies: list[float],
+    *,
+    cookie: str = "",
+    headers: dict[str, str] | None = None,
+) -> None:
+    """One keep-alive connection asking for ``paths`` in turn (with ``cookie`` and
+    ``headers``, if any)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     extra = f"Cookie: {cookie}\r\n" if cookie else ""
+    extra += "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     try:
         for path in paths:
             started = time.perf_counter()
@@ -169,12 +178,18 @@ async def client(port: int, paths: list[str], latencies: list[float], *, cookie:
         writer.close()
 
 
-async def drive(port: int, paths: list[list[str]], *, cookie: str = "") -> dict[str, float]:
+async def drive(
+    port: int, paths: list[list[str]], *, cookie: str = "", headers: dict[str, str] | None = None
+) -> dict[str, float]:
     """One client per list of paths, all at once; latency of every request."""
-    await asyncio.gather(*(client(port, mine[:3], [], cookie=cookie) for mine in paths))  # warm-up
+    await asyncio.gather(  # warm-up
+        *(client(port, mine[:3], [], cookie=cookie, headers=headers) for mine in paths)
+    )
     latencies: list[float] = []
     started = time.perf_counter()
-    await asyncio.gather(*(client(port, mine, latencies, cookie=cookie) for mine in paths))
+    await asyncio.gather(
+        *(client(port, mine, latencies, cookie=cookie, headers=headers) for mine in paths)
+    )
     seconds = time.perf_counter() - started
     return {
         "rps": round(len(latencies) / seconds, 1),
@@ -182,3 +197,86 @@ async def drive(port: int, paths: list[list[str]], *, cookie: str = "") -> dict[
         "p95_ms": round(percentile(latencies, 0.95), 2),
         "requests": len(latencies),
     }
+
+
+# --------------------------------------------------------------------------- profile
+
+
+OWN_CODE = r"/(accounts|api|config|payments|provisioning|reservations)/"
+"""What ``--profile`` lists first: functions of the project's own packages."""
+
+
+def profile_paths(
+    paths: dict[str, Any],
+    *,
+    repeat: int = 30,
+    cookie: str = "",
+    headers: dict[str, str] | None = None,
+) -> None:
+    """``--profile``: each page asked ``repeat`` times in this process (Django's test client,
+    no server), under cProfile; per page the SQL statements of one request, the time per
+    request and the 25 functions with the most cumulative time, on standard error. A page
+    given as a function of the request's number is a new path each time (nothing cached)."""
+
+    from django.conf import settings
+    from django.test import override_settings
+
+    # Static files un-hashed, as the server the benchmarks start serves them (DEBUG on there).
+    storages = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    with override_settings(STORAGES=storages):
+        _profile_each(paths, repeat=repeat, cookie=cookie, headers=headers or {})
+
+
+def _profile_each(
+    paths: dict[str, Any], *, repeat: int, cookie: str, headers: dict[str, str]
+) -> None:
+    import cProfile
+    import io
+    import pstats
+
+    from django.db import connection
+    from django.test import Client
+
+    meta: dict[str, Any] = {"HTTP_HOST": "localhost"}
+    meta.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()})
+    browser = Client(**meta)
+    if cookie:
+        name, _, value = cookie.partition("=")
+        browser.cookies[name] = value
+    for page, path_of in paths.items():
+        path_at = path_of if callable(path_of) else lambda _number, path=path_of: path
+        browser.get(path_at(0), secure=True)  # warm: templates compiled, caches filled
+        path = path_at(1)
+        statements: list[str] = []
+
+        def record(execute: Any, sql: str, *args: Any, seen: list[str] = statements) -> Any:
+            seen.append(sql)
+            return execute(sql, *args)
+
+        with connection.execute_wrapper(record):
+            response = browser.get(path, secure=True)
+        if response.status_code != 200:
+            raise RuntimeError(f"{path}: {response.status_code}")
+        profiler = cProfile.Profile()
+        started = time.perf_counter()
+        profiler.enable()
+        for number in range(repeat):
+            browser.get(path_at(2 + number), secure=True)
+        profiler.disable()
+        per_request = (time.perf_counter() - started) * 1000 / repeat
+        out = io.StringIO()
+        # The project's own functions first (by cumulative time), then everything by own time.
+        stats = pstats.Stats(profiler, stream=out)
+        stats.sort_stats("cumulative").print_stats(OWN_CODE, 30)
+        stats.sort_stats("tottime").print_stats(15)
+        print(
+            f"== {page}: {path}\n{len(statements)} SQL statements, {per_request:.2f} ms a "
+            "request in-process (under the profiler)\n"
+            + "\n".join(f"  {sql[:200]}" for sql in statements)
+            + "\n"
+            + out.getvalue(),
+            file=sys.stderr,
+        )

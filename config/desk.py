@@ -69,12 +69,14 @@ def _section(
     item: Callable[[Any], Item],
     all_url: str,
 ) -> Section:
+    # One query for the rows shown and one more: a count only when there are more than that.
+    shown = list(rows[: SHOWN + 1])
     return Section(
         key=key,
         title=title,
         action=action,
-        count=rows.count(),
-        items=[item(row) for row in rows[:SHOWN]],
+        count=len(shown) if len(shown) <= SHOWN else rows.count(),
+        items=[item(row) for row in shown[:SHOWN]],
         all_url=all_url,
     )
 

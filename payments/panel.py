@@ -6,13 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import lru_cache
 
 import segno
 from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
 from payments.models import Asset, Chain, Invoice, Transfer
 from payments.networks import PRESETS
+from payments.services import OFFERED_SECONDS, offered_assets
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,23 @@ def fee_coin(chain: Chain) -> str:
     for preset in PRESETS.values():
         if preset.chain_id == chain.chain_id:
             return preset.native_symbol
-    native = Asset.objects.filter(chain=chain, contract_address="").values_list("symbol", flat=True)
-    return native.first() or "ETH"
+    for asset in offered_assets():  # cached: usually no query here
+        if asset.chain_id == chain.pk and asset.is_native:
+            return asset.symbol
+    key = f"payments:fee-coin:{chain.pk}"
+    symbol: str | None = cache.get(key)
+    if symbol is None:
+        native = Asset.objects.filter(chain=chain, contract_address="").values_list("symbol")
+        symbol = next((found for (found,) in native[:1]), "ETH")
+        cache.set(key, symbol, OFFERED_SECONDS)
+    return symbol
 
 
 def confirmations(invoice: Invoice) -> int:
     """Confirmations of the invoice's latest transfer, as of the scanner's last look."""
     chain = invoice.asset.chain
+    if invoice.amount_seen == 0:
+        return 0  # nothing arrived (or all of it orphaned): no transfer to count
     head = chain.scanned_block or invoice.created_block
     counted = invoice.transfers.exclude(status=Transfer.STATUS_ORPHANED)
     latest = max((t.block_number for t in counted), default=None)
@@ -113,12 +126,20 @@ def delayed_since(invoice: Invoice, now: datetime | None = None) -> datetime | N
     return last_ok if invoice.check_delayed else None
 
 
+@lru_cache(maxsize=512)
+def qr_svg(uri: str) -> str:
+    """The QR code of ``uri`` as inline SVG. A pure function of the request it encodes (an
+    invoice's address and what is still due), so it is made once per process and request,
+    not on every view of the page (making one costs ~30 ms)."""
+    return str(segno.make(uri, error="m").svg_inline(scale=4, dark="#1b1d22", light="#ffffff"))
+
+
 def panel_for(invoice: Invoice, now: datetime | None = None) -> Panel:
     now = now or timezone.now()
     asset = invoice.asset
     chain = asset.chain
     uri = payment_uri(invoice)
-    qr = segno.make(uri, error="m")
+    asks = invoice.status in Invoice.OPEN_STATUSES and invoice.amount_outstanding > 0
     return Panel(
         invoice=invoice,
         amount_due=asset.from_units(invoice.amount_due),
@@ -130,9 +151,9 @@ def panel_for(invoice: Invoice, now: datetime | None = None) -> Panel:
         ),
         confirmations=confirmations(invoice),
         confirmations_needed=chain.confirmations,
-        qr_svg=qr.svg_inline(scale=4, dark="#1b1d22", light="#ffffff"),
+        qr_svg=qr_svg(uri) if asks else "",  # shown only while it asks for payment
         uri=uri,
-        fee_coin="" if asset.is_native else fee_coin(chain),
+        fee_coin="" if asset.is_native or not asks else fee_coin(chain),
         seconds_left=max(0, int((invoice.expires_at - now).total_seconds())),
         delayed_since=delayed_since(invoice, now),
     )

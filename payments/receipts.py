@@ -13,6 +13,7 @@ in the order's language (EN/DE/FR).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -70,9 +71,13 @@ def save_billing(
 # --------------------------------------------------------------------------- the receipt
 
 
-def paid_invoice(order: Order) -> Invoice | None:
+def paid_invoice(order: Order, invoices: Sequence[Invoice] | None = None) -> Invoice | None:
     """The settled invoice that paid the order, or None: unpaid, expired or cancelled orders
-    have no receipt."""
+    have no receipt. ``invoices``: the order's invoices, when the caller has them."""
+    if invoices is not None:
+        if order.status not in PAID_ORDER_STATUSES:
+            return None
+        return next((i for i in invoices if i.status == Invoice.STATUS_SETTLED), None)
     return (
         Invoice.objects.filter(
             order=order, status=Invoice.STATUS_SETTLED, order__status__in=PAID_ORDER_STATUSES
@@ -82,9 +87,9 @@ def paid_invoice(order: Order) -> Invoice | None:
     )
 
 
-def has_receipt(order: Order) -> bool:
+def has_receipt(order: Order, invoices: Sequence[Invoice] | None = None) -> bool:
     """Whether the order can be given a receipt (without numbering one)."""
-    return paid_invoice(order) is not None
+    return paid_invoice(order, invoices) is not None
 
 
 def issue_receipt(order: Order, *, now: datetime | None = None) -> Receipt | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -93,14 +94,21 @@ def owing() -> QuerySet[Invoice]:
     return Invoice.objects.exclude(status__in=Invoice.OPEN_STATUSES).filter(expired_paid | flagged)
 
 
-def why(order: Order, invoice: Invoice) -> str:
-    """The code (a key of WHY) of why this invoice's money goes back."""
+def why(order: Order, invoice: Invoice, invoices: Sequence[Invoice] | None = None) -> str:
+    """The code (a key of WHY) of why this invoice's money goes back (``invoices``: the
+    order's invoices, when the caller has them: no query then)."""
     if invoice.status == Invoice.STATUS_SETTLED:
         return "overpaid"
     if invoice.status == Invoice.STATUS_INVALID:
         return "after_refund"
-    paid = Invoice.objects.filter(order=order, status=Invoice.STATUS_SETTLED)
-    if paid.exclude(pk=invoice.pk).exists():
+    if invoices is None:
+        paid = Invoice.objects.filter(order=order, status=Invoice.STATUS_SETTLED)
+        paid_elsewhere = paid.exclude(pk=invoice.pk).exists()
+    else:
+        paid_elsewhere = any(
+            i.status == Invoice.STATUS_SETTLED and i.pk != invoice.pk for i in invoices
+        )
+    if paid_elsewhere:
         return "paid_elsewhere"
     if order.status == Order.STATUS_CANCELLED:
         return "cancelled"
@@ -165,25 +173,40 @@ class RefundLine:
         ]
 
 
-def lines_for(order: Order) -> list[RefundLine]:
-    """The order's invoices that owe money or have had a refund, oldest first."""
-    invoices = (
-        Invoice.objects.filter(order=order)
-        .filter(Q(pk__in=owing().values("pk")) | Q(refunds__isnull=False))
-        .distinct()
-        .select_related("asset__chain")
-        .order_by("created_at", "pk")
-    )
+def lines_for(order: Order, invoices: Sequence[Invoice] | None = None) -> list[RefundLine]:
+    """The order's invoices that owe money or have had a refund, oldest first.
+
+    ``invoices``: the order's invoices with their assets and chains, when the caller has
+    them (the order page reads them once for its panel, refunds and receipt). Then this
+    reads only the refunds, and only of invoices money ever reached: none for an order
+    nobody paid (the common case)."""
+    if invoices is None:
+        invoices = list(Invoice.objects.filter(order=order).select_related("asset__chain"))
+    paid_into = [
+        i
+        for i in invoices
+        if i.amount_seen > 0
+        or i.amount_confirmed > 0
+        or i.amount_to_refund > 0
+        or i.amount_refunded > 0
+    ]
+    if not paid_into:
+        return []
+    refunds_of: dict[int, list[Refund]] = {}
+    for refund in Refund.objects.filter(invoice__in=paid_into).order_by("-created_at", "-pk"):
+        refunds_of.setdefault(refund.invoice_id, []).append(refund)
     lines = []
-    for invoice in invoices:
-        refunds = list(invoice.refunds.order_by("-created_at", "-pk"))
+    for invoice in sorted(paid_into, key=lambda i: (i.created_at, i.pk)):
+        refunds = refunds_of.get(invoice.pk, [])
         owed = owed_units(invoice)
+        if owed <= 0 and not refunds:
+            continue
         sending = any(r.status == Refund.STATUS_SENT for r in refunds)
         lines.append(
             RefundLine(
                 invoice=invoice,
                 owed=owed,
-                why=why(order, invoice),
+                why=why(order, invoice, invoices),
                 can_change=owed > 0 and not sending,
                 refunds=refunds,
             )

@@ -756,7 +756,8 @@ def _record_transfers(
     ids = {i.pk for i in invoices}
     # What was recorded in the span before this cycle (the span reaches the head once caught
     # up: a transfer recorded in a block the chain no longer has is in it too).
-    in_span = Transfer.objects.filter(chain=chain, block_number__gte=span.first)
+    # Only the open invoices' transfers: a year of settled ones stays in the database.
+    in_span = Transfer.objects.filter(chain=chain, block_number__gte=span.first, invoice_id__in=ids)
     if not span.caught_up:
         in_span = in_span.filter(block_number__lte=span.last)
     known = {
@@ -764,7 +765,6 @@ def _record_transfers(
         for t in in_span.only(
             "tx_hash", "log_index", "status", "block_hash", "attested_by", "invoice"
         )
-        if t.invoice_id in ids
     }
     _attest_quorum(chain, found, known, client, witnesses)
     # One upsert on the (chain, tx hash, log index) key: concurrent scans cannot both insert

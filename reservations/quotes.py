@@ -5,13 +5,13 @@ Read-only, a handful of queries, safe to call on every keystroke.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.core.cache import cache
 from django.utils import timezone
 from django.utils.dates import WEEKDAYS_ABBR
 
@@ -113,27 +113,27 @@ def quote(
     seq_len: int | None = None,
     micro_batch: int | None = None,
     now: datetime | None = None,
+    shared_seconds: int = 0,
 ) -> Quote:
-    """Price, free lots (and the earliest start when too few), environment fit, advice."""
+    """Price, free lots (and the earliest start when too few), environment fit, advice.
+
+    ``shared_seconds``: how long what depends on the plan alone (price, free lots, the
+    calendar, the other kinds — not the model the advisor weighs) may be shared between
+    everyone asking about the same plan. The booking form passes its fragments' own
+    lifetime, so a researcher typing a model size reads the plan once per few seconds, not
+    at every keystroke; 0 computes it afresh."""
     now = now or timezone.now()
-    hardware = HardwareKind.objects.filter(slug=kind, is_offered=True).first()
     window = window_days if window_days in Window.values else None
     lot_count = max(lot_count, 1)
-    starts_at = availability.handover(start_date) if start_date else None
-    refusals: list[str] = []
-    if lot_count > MAX_LOT_COUNT:
-        refusals.append(str(MESSAGES["lot_count_above_limit"] % {"limit": MAX_LOT_COUNT}))
-        lot_count = MAX_LOT_COUNT
-    refused_start = start_refusal(starts_at, now) if starts_at is not None else None
-    if refused_start is not None:
-        refusals.extend(refused_start.messages)
-    # Free lots per kind on the window asked for: read once, by the advisor's context and
-    # the other kinds' list, and only if one of them needs it.
-    free_counts = (
-        functools.cache(lambda: availability.free_lot_counts(starts_at, window))
-        if window is not None and starts_at is not None and not refusals
-        else None
-    )
+    plan = (kind, window, lot_count, start_date, environment, now.date())
+    part: _Plan | None = None
+    if shared_seconds:
+        key = "quote-plan:v1:" + hashlib.sha256(repr(plan).encode()).hexdigest()
+        part = cache.get(key)
+    if part is None:
+        part = _plan(kind, window, lot_count, start_date, environment, now)
+        if shared_seconds:
+            cache.set(key, part, shared_seconds)
     advice, advice_error = _advice(
         params_billion,
         precision,
@@ -142,18 +142,49 @@ def quote(
         micro_batch,
         window,
         environment,
-        lot_count,
-        free_counts,
+        part.quote.lot_count,
+        part.free_by_kind,
+        shared_seconds,
+    )
+    return replace(part.quote, advice=advice, advice_error=advice_error)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a quote holds before the advisor: shared between form states of one plan."""
+
+    quote: Quote
+    free_by_kind: dict[int, int] | None
+    """Free lots per kind id on the window asked for (None: no window or start, or refused)."""
+
+
+def _plan(
+    kind: str,
+    window: int | None,
+    lot_count: int,
+    start_date: date | None,
+    environment: str,
+    now: datetime,
+) -> _Plan:
+    hardware = HardwareKind.objects.filter(slug=kind, is_offered=True).first()
+    starts_at = availability.handover(start_date) if start_date else None
+    refusals: list[str] = []
+    if lot_count > MAX_LOT_COUNT:
+        refusals.append(str(MESSAGES["lot_count_above_limit"] % {"limit": MAX_LOT_COUNT}))
+        lot_count = MAX_LOT_COUNT
+    refused_start = start_refusal(starts_at, now) if starts_at is not None else None
+    if refused_start is not None:
+        refusals.extend(refused_start.messages)
+    # Free lots per kind on the window asked for: read once, for the advisor's context and
+    # the other kinds' list.
+    free_counts = (
+        availability.free_lot_counts(starts_at, window)
+        if window is not None and starts_at is not None and not refusals
+        else None
     )
     if hardware is None:
-        return Quote(
-            None,
-            window,
-            lot_count,
-            starts_at,
-            advice=advice,
-            advice_error=advice_error,
-            refusals=tuple(refusals),
+        return _Plan(
+            Quote(None, window, lot_count, starts_at, refusals=tuple(refusals)), free_counts
         )
 
     price = Price.objects.filter(kind=hardware, window_days=window).first() if window else None
@@ -167,8 +198,6 @@ def quote(
         environment_ok=(
             None if env is None else env.compatible_kinds.filter(pk=hardware.pk).exists()
         ),
-        advice=advice,
-        advice_error=advice_error,
         bookable_lots=availability.bookable_lots(hardware).count(),
         refusals=tuple(refusals),
     )
@@ -190,16 +219,15 @@ def quote(
                 for day, free in availability.start_calendar(hardware, window, first, CALENDAR_DAYS)
             ]
         )
-    if window is not None and starts_at is not None and not refusals:
-        free = availability.free_lots(hardware, starts_at, window).count()
+    if window is not None and starts_at is not None and free_counts is not None:
+        free = free_counts.get(hardware.pk, 0)
         result["free_lots"] = free
         if free < lot_count:
             result["next_start"] = availability.earliest_handover(
                 hardware, window, lot_count, starts_at
             )
-        assert free_counts is not None  # window and start known, nothing refused
-        result["alternatives"] = _alternatives(hardware, window, free_counts())
-    return Quote(**result)
+        result["alternatives"] = _alternatives(hardware, window, free_counts)
+    return _Plan(Quote(**result), free_counts)
 
 
 def _alternatives(
@@ -236,30 +264,21 @@ def _advice(
     window: int | None,
     environment: str,
     lot_count: int,
-    free_counts: Callable[[], dict[int, int]] | None,
+    free_counts: dict[int, int] | None,
+    shared_seconds: int = 0,
 ) -> tuple[Advice | None, str | None]:
     """The advisor's answer, its recommendation weighing the price per GPU-hour for the
-    window, the lots free on the date and the chosen environment (one query each)."""
+    window, the lots free on the date and the chosen environment."""
     if params_billion is None or not precision or not workload:
         return None, None
-    kinds = list(HardwareKind.objects.filter(is_offered=True).prefetch_related("prices"))
-    rates = {
-        kind.slug: per_gpu_hour(price.amount_usd, price.window_days, kind.cards_per_lot)
-        for kind in kinds
-        for price in kind.prices.all()
-        if price.window_days == window
-    }
+    kinds, rates, environment_kinds = _catalogue_for_advice(window, environment, shared_seconds)
     free: dict[str, int] = {}
     if free_counts is not None:
-        counts = free_counts()
-        free = {kind.slug: counts.get(kind.pk, 0) for kind in kinds}
-    env = Environment.objects.filter(slug=environment, is_offered=True).first()
+        free = {kind.slug: free_counts.get(kind.pk, 0) for kind in kinds}
     context = Context(
         per_gpu_hour=rates,
         free_lots=free,
-        environment_kinds=(
-            frozenset(env.compatible_kinds.values_list("slug", flat=True)) if env else None
-        ),
+        environment_kinds=environment_kinds,
         lot_count=lot_count,
     )
     try:
@@ -275,3 +294,29 @@ def _advice(
     except AdvisorError as exc:
         return None, exc.code
     return advice, None
+
+
+def _catalogue_for_advice(
+    window: int | None, environment: str, shared_seconds: int
+) -> tuple[list[HardwareKind], dict[str, Decimal], frozenset[str] | None]:
+    """The offered kinds, their price per GPU-hour for the window and the kinds the chosen
+    environment runs on (three queries; shared for ``shared_seconds`` when asked)."""
+    key = "quote-catalogue:v1:" + hashlib.sha256(repr((window, environment)).encode()).hexdigest()
+    if shared_seconds:
+        found = cache.get(key)
+        if found is not None:
+            return found
+    kinds = list(HardwareKind.objects.filter(is_offered=True).prefetch_related("prices"))
+    rates = {
+        kind.slug: per_gpu_hour(price.amount_usd, price.window_days, kind.cards_per_lot)
+        for kind in kinds
+        for price in kind.prices.all()
+        if price.window_days == window
+    }
+    env = Environment.objects.filter(slug=environment, is_offered=True).first()
+    environment_kinds = (
+        frozenset(env.compatible_kinds.values_list("slug", flat=True)) if env else None
+    )
+    if shared_seconds:
+        cache.set(key, (kinds, rates, environment_kinds), shared_seconds)
+    return kinds, rates, environment_kinds

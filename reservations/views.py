@@ -156,6 +156,7 @@ def _quote_from(data: Any) -> Any:
         workload=str(data.get("model_workload") or ""),
         seq_len=_int(data.get("model_seq_len")),
         micro_batch=_int(data.get("model_micro_batch")),
+        shared_seconds=QUOTE_SECONDS,
     )
 
 

@@ -4,8 +4,9 @@ holds and drops it once the operator (or the system) has handled it."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -404,3 +405,19 @@ def test_the_timeline_places_its_tracks_and_today_in_pixels_in_every_language(
     assert tracks
     assert today
     assert all(re.fullmatch(r"\d+(\.\d+)?", value) for value in tracks + today), tracks + today
+
+
+def test_today_counts_a_short_section_from_its_rows_and_a_long_one_in_full(
+    inventory: Inventory,
+    make_request: RequestFactory,
+    soon: datetime,
+    django_assert_max_num_queries: Any,
+) -> None:
+    # Nothing waiting: one query per section for its rows, no count queries on top (issue 15).
+    with django_assert_max_num_queries(13):
+        assert all(s.count == 0 for s in desk.sections() if s.key != "chains")
+    for week in range(desk.SHOWN + 1):
+        paid(make_request, starts_at=soon + timedelta(days=7 * week))
+    approvals = section("approvals")
+    assert approvals.count == desk.SHOWN + 1  # more than shown: counted in full
+    assert len(approvals.items) == desk.SHOWN

@@ -15,21 +15,29 @@ from reservations.models import Order
 register = template.Library()
 
 
+def invoices_of(order: Order) -> list[Invoice]:
+    """The order's invoices with their assets, chains and addresses, read once per page view
+    for the panel, the refunds and the receipt (kept on the order object it was given)."""
+    cached: list[Invoice] | None = getattr(order, "_page_invoices", None)
+    if cached is None:
+        cached = list(
+            Invoice.objects.filter(order=order)
+            .select_related("asset__chain", "deposit_address")
+            .order_by("created_at", "pk")
+        )
+        order._page_invoices = cached  # type: ignore[attr-defined]
+    return cached
+
+
 def panel_context(order: Order) -> dict[str, Any]:
-    # Most page views of an unpaid order have no invoice yet: look for its id first.
-    current = Invoice.objects.filter(order=order, is_current=True).values_list("pk", flat=True)
-    invoice_id = current.first()
-    invoice = (
-        Invoice.objects.select_related("asset__chain", "deposit_address").get(pk=invoice_id)
-        if invoice_id
-        else None
-    )
+    invoices = invoices_of(order)
+    invoice = next((i for i in reversed(invoices) if i.is_current), None)
     now = timezone.now()
     return {
         "order": order,
         "panel": panel_for(invoice, now) if invoice else None,
         "assets": services.offered_assets(),
-        "refunds": refunds.lines_for(order),
+        "refunds": refunds.lines_for(order, invoices),
         "now": now,
     }
 
@@ -60,7 +68,7 @@ def order_receipt(context: template.Context, order: Order) -> dict[str, Any]:
                 "vat_id": billing.vat_id,
             }
         )
-    paid = receipts.has_receipt(order)
+    paid = receipts.has_receipt(order, invoices_of(order))
     return {
         "form": form,
         "page_url": receipts.receipt_path(order) if paid else "",
