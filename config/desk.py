@@ -408,8 +408,10 @@ def campaigns(now: datetime) -> Section:
 
     requested = campaign.open_early_end_requests().values("order")
     overdue = campaign.outcomes_overdue(now).values("order")
+    # Two small reads of the ids first: an OR of two subqueries reads every order of the year.
+    ids = {*requested.values_list("order", flat=True), *overdue.values_list("order", flat=True)}
     rows = (
-        Order.objects.filter(Q(pk__in=requested) | Q(pk__in=overdue))
+        Order.objects.filter(pk__in=ids)
         .annotate(early_end=Exists(requested.filter(order=OuterRef("pk"))))
         .order_by("-early_end", "ends_at")
     )

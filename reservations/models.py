@@ -536,6 +536,10 @@ class Order(models.Model):
         ordering = ("-created_at",)
         indexes = [
             models.Index(fields=("status", "hold_expires_at"), name="order_expiry_idx"),
+            # The desk's lists by state in window order (Today's approvals, windows opening
+            # and closing in the next 24 h): a year of orders is not sorted per request.
+            models.Index(fields=("status", "starts_at"), name="order_status_start_idx"),
+            models.Index(fields=("status", "ends_at"), name="order_status_end_idx"),
             # What one party holds unpaid: only awaiting-payment orders are ever looked up.
             models.Index(
                 fields=("client_key",),
