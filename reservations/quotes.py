@@ -6,6 +6,7 @@ Read-only, a handful of queries, safe to call on every keystroke.
 from __future__ import annotations
 
 import hashlib
+import secrets
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -84,6 +85,10 @@ class Quote:
     calendar: tuple[tuple[CalendarDay | None, ...], ...] = ()
     """The chosen kind's free start dates for the next weeks, as weeks from Monday."""
     refusals: tuple[str, ...] = ()
+    plan_key: str = ""
+    """Names this reading of the plan while it is shared (``quote(shared_seconds=…)``): the
+    fragment showing it may be shared under it; empty: read for this request alone."""
+    shared_seconds: int = 0
     """Why this start or lot count cannot be booked at all (then nothing is looked up)."""
 
     @property
@@ -127,12 +132,18 @@ def quote(
     lot_count = max(lot_count, 1)
     plan = (kind, window, lot_count, start_date, environment, now.date())
     part: _Plan | None = None
+    key = plan_cache_key(*plan)
     if shared_seconds:
-        key = "quote-plan:v1:" + hashlib.sha256(repr(plan).encode()).hexdigest()
         part = cache.get(key)
     if part is None:
         part = _plan(kind, window, lot_count, start_date, environment, now)
         if shared_seconds:
+            # A new key each time the plan is read anew: its rendered HTML, shared under
+            # that key, is never older than the figures it shows.
+            shown = replace(
+                part.quote, plan_key=secrets.token_hex(8), shared_seconds=shared_seconds
+            )
+            part = replace(part, quote=shown)
             cache.set(key, part, shared_seconds)
     advice, advice_error = _advice(
         params_billion,
@@ -147,6 +158,11 @@ def quote(
         shared_seconds,
     )
     return replace(part.quote, advice=advice, advice_error=advice_error)
+
+
+def plan_cache_key(*plan: object) -> str:
+    """Where a shared reading of one plan (kind, window, lots, start, environment, day) is."""
+    return "quote-plan:v1:" + hashlib.sha256(repr(plan).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
