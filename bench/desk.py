@@ -21,7 +21,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from benchdb import drive, fresh_database, h200_request, running_stack
+from benchdb import drive, fresh_database, h200_request, profile_paths, running_stack
 
 DATABASE = "gpulots_bench_desk"
 TARGET_P95_MS = 200.0
@@ -151,6 +151,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--requests", type=int, default=30, help="per client and page")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile each page in-process instead of load"
+    )
     args = parser.parse_args()
 
     fresh_database(DATABASE)
@@ -160,8 +163,19 @@ def main() -> int:
     seeded = seed()
     cookie = staff_cookie()
     paging = timeline_paging()
-    connections.close_all()
     horizon = settings.RESERVATION_HORIZON.days
+    if args.profile:
+        profile_paths(
+            {
+                "today": "/admin/",
+                "timeline_90_days": "/admin/timeline/?days=90",
+                f"timeline_{horizon}_days": f"/admin/timeline/?days={horizon}",
+            },
+            cookie=cookie,
+            repeat=10,
+        )
+        return 0
+    connections.close_all()
     # The server signs sessions with the same key as this process made the cookie with.
     with running_stack(DATABASE, DJANGO_SECRET_KEY=os.environ["DJANGO_SECRET_KEY"]) as port:
         n, clients = args.requests, range(args.clients)

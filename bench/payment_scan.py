@@ -24,8 +24,10 @@ default interval. One JSON line.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import math
+import pstats
 import secrets
 import sys
 import threading
@@ -44,6 +46,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="10,1000,10000")
     parser.add_argument("--latency-samples", type=int, default=5)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also print a cProfile of the largest size's steady cycle (on standard error)",
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
 
@@ -98,12 +105,22 @@ def main() -> int:
             natives = watched.filter(asset=eth).count()
             assert watched.count() == size, (watched.count(), size)
 
-            def cycle(name: str) -> dict[str, Any]:
+            def cycle(name: str, size: int = size) -> dict[str, Any]:
                 fresh = Chain.objects.get(pk=chain.pk)
+                profiler = cProfile.Profile()
+                profiling = args.profile and name == "steady" and size == sizes[-1]
                 with CaptureQueriesContext(connection) as queries:
                     started = time.perf_counter()
+                    if profiling:
+                        profiler.enable()
                     report = services.scan_chain(fresh)
+                    if profiling:
+                        profiler.disable()
                     seconds = time.perf_counter() - started
+                if profiling:
+                    print(f"== steady cycle, {size} open invoices", file=sys.stderr)
+                    stats = pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative")
+                    stats.print_stats(r"/(payments|reservations)/", 30)
                 return {
                     "cycle": name,
                     "blocks_read": (report.to_block or 0) - (report.from_block or 0) + 1,

@@ -124,3 +124,36 @@ def test_the_inventory_attack_holds_no_more_than_the_share_and_can_fail() -> Non
     code, unlimited = run_bench("inventory_attack.py", "--max-attempts", "24", "--no-limits")
     assert code == 0, unlimited
     assert unlimited["meets_target"] is False, unlimited  # the measurement can fail
+
+
+def profile_of(script: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """What ``--profile`` prints (standard error) for a benchmark run that must succeed."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--profile", *args],
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stderr
+
+
+def test_the_throughput_benchmark_profiles_placing_orders() -> None:
+    printed = profile_of("booking_throughput.py", "--per-round", "20")
+    assert "place_order" in printed
+    assert "cumulative" in printed
+
+
+def test_the_scan_benchmark_profiles_its_largest_steady_cycle() -> None:
+    printed = profile_of(
+        "payment_scan.py",
+        "--sizes",
+        "3,30",
+        "--latency-samples",
+        "1",
+        env={"PAYMENT_SCAN_SECONDS": "1"},
+    )
+    assert "== steady cycle, 30 open invoices" in printed
+    assert "scan_chain" in printed

@@ -328,3 +328,16 @@ def test_an_address_that_names_no_endpoint_is_a_json_404(
         assert response.status_code == 404, path
         assert response["Content-Type"] == "application/json", path
         assert response.json()["code"] == "not_found", path
+
+
+@pytest.mark.django_db
+def test_reading_an_order_costs_at_most_four_statements(
+    client: Client, ada: tuple[User, str], django_assert_max_num_queries: Any
+) -> None:
+    build_inventory()
+    reference = post(client, "/api/v1/orders/", order_body(), ada[1]).json()["reference"]
+    get(client, f"/api/v1/orders/{reference}/", ada[1])
+    with django_assert_max_num_queries(4):  # the token, its user, the order, its invoice
+        response = get(client, f"/api/v1/orders/{reference}/", ada[1])
+    assert response.status_code == 200
+    assert response.json()["reference"] == reference
