@@ -16,6 +16,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_bench(
     script: str, *args: str, env: dict[str, str] | None = None
 ) -> tuple[int, dict[str, object]]:
+    code, report, _printed = run_bench_printing(script, *args, env=env)
+    return code, report
+
+
+def run_bench_printing(
+    script: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, object], str]:
+    """The benchmark's exit status, its one JSON line, and what it printed on standard error
+    (``--profile``'s output)."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), *args],
         cwd=ROOT,
@@ -26,7 +35,7 @@ def run_bench(
     )
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1, result.stdout + result.stderr
-    return result.returncode, json.loads(lines[0])
+    return result.returncode, json.loads(lines[0]), result.stderr
 
 
 def test_the_booking_race_never_overbooks() -> None:
@@ -78,15 +87,19 @@ def test_the_pages_benchmark_drives_the_real_server() -> None:
 
 
 def test_the_payment_scan_benchmark_stays_within_its_request_bound() -> None:
-    code, report = run_bench(
+    code, report, printed = run_bench_printing(
         "payment_scan.py",
         "--sizes",
         "3,30",
         "--latency-samples",
         "1",
+        "--profile",
         env={"PAYMENT_SCAN_SECONDS": "1"},
     )
     assert code == 0, report
+    # --profile: the largest size's steady cycle, profiled on standard error.
+    assert "== steady cycle, 30 open invoices" in printed
+    assert "scan_chain" in printed
     sizes = report["sizes"]
     assert isinstance(sizes, list)
     assert [s["invoices"] for s in sizes] == [3, 30]
@@ -126,11 +139,11 @@ def test_the_inventory_attack_holds_no_more_than_the_share_and_can_fail() -> Non
     assert unlimited["meets_target"] is False, unlimited  # the measurement can fail
 
 
-def profile_of(script: str, *args: str, env: dict[str, str] | None = None) -> str:
-    """What ``--profile`` prints (standard error) for a benchmark run that must succeed."""
+def profile_of(script: str, *args: str) -> str:
+    """What ``--profile`` alone prints (standard error; no JSON line then) for a benchmark
+    run that must succeed."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), "--profile", *args],
-        env={**os.environ, **(env or {})},
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -144,16 +157,3 @@ def test_the_throughput_benchmark_profiles_placing_orders() -> None:
     printed = profile_of("booking_throughput.py", "--per-round", "20")
     assert "place_order" in printed
     assert "cumulative" in printed
-
-
-def test_the_scan_benchmark_profiles_its_largest_steady_cycle() -> None:
-    printed = profile_of(
-        "payment_scan.py",
-        "--sizes",
-        "3,30",
-        "--latency-samples",
-        "1",
-        env={"PAYMENT_SCAN_SECONDS": "1"},
-    )
-    assert "== steady cycle, 30 open invoices" in printed
-    assert "scan_chain" in printed
