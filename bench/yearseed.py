@@ -41,6 +41,7 @@ ORDERS = 100_000
 HOSTS = 50
 LOTS_PER_HOST = 4
 WINDOWS = ((3, 0.5), (7, 0.35), (30, 0.15))
+TARGET_SECONDS = 60
 
 
 def _defaults(model: Any, now: datetime) -> dict[str, Any]:
@@ -335,7 +336,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     fresh_database(args.database)
-    print(json.dumps({"seed": "year", **seed_year(orders=args.orders, seed=args.seed)}))
+    seeded = seed_year(orders=args.orders, seed=args.seed)
+    # In `make bench` too: the seeding itself has a target (issue 15: under a minute).
+    report = {"bench": "yearseed", **seeded, "target_seconds": TARGET_SECONDS}
+    print(json.dumps({**report, "meets_target": seeded["seconds"] < TARGET_SECONDS}))
     return 0
 
 
