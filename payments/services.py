@@ -757,7 +757,10 @@ def _record_transfers(
     # What was recorded in the span before this cycle (the span reaches the head once caught
     # up: a transfer recorded in a block the chain no longer has is in it too).
     # Only the open invoices' transfers: a year of settled ones stays in the database.
-    in_span = Transfer.objects.filter(chain=chain, block_number__gte=span.first, invoice_id__in=ids)
+    # One array parameter, not one placeholder per invoice: a cycle watches up to 10,000.
+    in_span = Transfer.objects.filter(chain=chain, block_number__gte=span.first).extra(
+        where=['"payments_transfer"."invoice_id" = ANY(%s)'], params=[sorted(ids)]
+    )
     if not span.caught_up:
         in_span = in_span.filter(block_number__lte=span.last)
     known = {
