@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from payments.models import Asset, Chain, Invoice, Transfer
 from payments.networks import PRESETS
-from payments.services import OFFERED_SECONDS, offered_assets
+from payments.services import OFFERED_SECONDS
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,6 @@ def fee_coin(chain: Chain) -> str:
     for preset in PRESETS.values():
         if preset.chain_id == chain.chain_id:
             return preset.native_symbol
-    for asset in offered_assets():  # cached: usually no query here
-        if asset.chain_id == chain.pk and asset.is_native:
-            return asset.symbol
     key = f"payments:fee-coin:{chain.pk}"
     symbol: str | None = cache.get(key)
     if symbol is None:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.cache import cache
 from django.utils import timezone
@@ -21,6 +22,8 @@ from reservations.advisor import Advice, AdvisorError, Context, advise
 from reservations.errors import MESSAGES
 from reservations.models import Environment, HardwareKind, Price, Window
 from reservations.validation import MAX_LOT_COUNT, start_refusal
+
+T = TypeVar("T")
 
 
 def per_gpu_hour(amount_usd: Decimal, window_days: int, cards: int = 2) -> Decimal:
@@ -130,21 +133,18 @@ def quote(
     now = now or timezone.now()
     window = window_days if window_days in Window.values else None
     lot_count = max(lot_count, 1)
-    plan = (kind, window, lot_count, start_date, environment, now.date())
-    part: _Plan | None = None
-    key = plan_cache_key(*plan)
-    if shared_seconds:
-        part = cache.get(key)
-    if part is None:
+
+    def read_plan() -> _Plan:
         part = _plan(kind, window, lot_count, start_date, environment, now)
-        if shared_seconds:
-            # A new key each time the plan is read anew: its rendered HTML, shared under
-            # that key, is never older than the figures it shows.
-            shown = replace(
-                part.quote, plan_key=secrets.token_hex(8), shared_seconds=shared_seconds
-            )
-            part = replace(part, quote=shown)
-            cache.set(key, part, shared_seconds)
+        if not shared_seconds:
+            return part
+        # A new key each time the plan is read anew: its rendered HTML, shared under that
+        # key, is never older than the figures it shows.
+        shown = replace(part.quote, plan_key=secrets.token_hex(8), shared_seconds=shared_seconds)
+        return replace(part, quote=shown)
+
+    plan = (kind, window, lot_count, start_date, environment, now.date())
+    part: _Plan = _shared(plan_cache_key(*plan), shared_seconds, read_plan)
     advice, advice_error = _advice(
         params_billion,
         precision,
@@ -318,10 +318,12 @@ def _catalogue_for_advice(
     """The offered kinds, their price per GPU-hour for the window and the kinds the chosen
     environment runs on (three queries; shared for ``shared_seconds`` when asked)."""
     key = "quote-catalogue:v1:" + hashlib.sha256(repr((window, environment)).encode()).hexdigest()
-    if shared_seconds:
-        found = cache.get(key)
-        if found is not None:
-            return found
+    return _shared(key, shared_seconds, lambda: _read_catalogue(window, environment))
+
+
+def _read_catalogue(
+    window: int | None, environment: str
+) -> tuple[list[HardwareKind], dict[str, Decimal], frozenset[str] | None]:
     kinds = list(HardwareKind.objects.filter(is_offered=True).prefetch_related("prices"))
     rates = {
         kind.slug: per_gpu_hour(price.amount_usd, price.window_days, kind.cards_per_lot)
@@ -333,6 +335,16 @@ def _catalogue_for_advice(
     environment_kinds = (
         frozenset(env.compatible_kinds.values_list("slug", flat=True)) if env else None
     )
-    if shared_seconds:
-        cache.set(key, (kinds, rates, environment_kinds), shared_seconds)
     return kinds, rates, environment_kinds
+
+
+def _shared(key: str, seconds: int, read: Callable[[], T]) -> T:
+    """``read()``, shared for ``seconds`` under ``key`` (0: read afresh, nothing shared).
+    Not ``cache.get_or_set``: its ``add`` raises while Redis is down (config.cache)."""
+    if not seconds:
+        return read()
+    found: T | None = cache.get(key)
+    if found is None:
+        found = read()
+        cache.set(key, found, seconds)
+    return found
