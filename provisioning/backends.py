@@ -1,7 +1,8 @@
 """Where the host-side steps run.
 
 Both backends run the same shipped scripts (provisioning/host/*.sh) and the same benchmark
-(provisioning/validation/benchmark.py), through the same four calls:
+(provisioning/validation/benchmark.py), and install the same split-test command
+(provisioning/validation/gpulots.py) in each account, through the same five calls:
 
 - ``LocalBackend`` runs them on this machine inside a sandbox folder, one per host, with
   no real system accounts: for `make run`, the demo and most tests.
@@ -38,6 +39,8 @@ from reservations.models import Host
 
 HOST_SCRIPTS = Path(__file__).resolve().parent / "host"
 BENCHMARK = Path(__file__).resolve().parent / "validation" / "benchmark.py"
+TOOL = Path(__file__).resolve().parent / "validation" / "gpulots.py"
+"""``gpulots split-test``: installed in every delivered account (install_tool.sh)."""
 SCRIPT_TIMEOUT = 120
 REVOKE_TIMEOUT = 600
 """revoke.sh looks through the host's filesystems for the account's files: more time."""
@@ -76,6 +79,10 @@ class Backend(Protocol):
 
     def install_keys(self, host: Host, account: str, keys: str) -> None:
         """The account's authorized keys become ``keys`` (OpenSSH lines)."""
+
+    def install_tool(self, host: Host, account: str, order: str) -> None:
+        """The ``gpulots`` command (TOOL) in the account, with ``order`` (the order's facts,
+        JSON) beside it."""
 
     def run_validation(
         self, host: Host, report_name: str, arguments: list[str], *, cards: str
@@ -176,6 +183,14 @@ class LocalBackend:
             handle.write(keys)
         try:
             self.script(host, "install_keys", account, handle.name)
+        finally:
+            Path(handle.name).unlink(missing_ok=True)
+
+    def install_tool(self, host: Host, account: str, order: str) -> None:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+            handle.write(order)
+        try:
+            self.script(host, "install_tool", account, str(TOOL), handle.name)
         finally:
             Path(handle.name).unlink(missing_ok=True)
 

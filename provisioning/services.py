@@ -183,6 +183,7 @@ def _run_steps(
         elif step == "prepare_environment":
             for account, _cards in accounts:
                 backend.script(host, "prepare_environment", account, job.order.environment.slug)
+                backend.install_tool(host, account, tool_order(job))
         elif step == "assign_cards":
             for account, cards in accounts:
                 backend.script(host, "assign_cards", account, cards)
@@ -443,6 +444,23 @@ def release_access(job: ProvisioningJob, *, actor: Actor) -> bool:
         if resumed:
             transaction.on_commit(lambda: _enqueue([job]))
     return bool(released)
+
+
+def tool_order(job: ProvisioningJob) -> str:
+    """What ``gpulots split-test`` reads in the account (~/.gpulots/order.json): the order
+    to attach its report to, this lot's job, the hypothesis booked, where the API is. No
+    secret: the upload needs the researcher's own API token."""
+    order = job.order
+    facts = {
+        "reference": order.reference,
+        "job": job.pk,
+        "lot": str(job.lot),
+        "hypothesis": order.hypothesis,
+        "precision": order.model_precision or None,
+        "workload": order.model_workload or None,
+        "api": f"{settings.SITE_URL}/api/v1",
+    }
+    return json.dumps(facts, indent=1) + "\n"
 
 
 def _benchmark_arguments(job: ProvisioningJob, *, sandbox: bool | None = None) -> list[str]:

@@ -33,6 +33,7 @@ from provisioning.backends import (
     HIDDEN,
     HOST_SCRIPTS,
     SCRIPT_TIMEOUT,
+    TOOL,
     HostKeyRefused,
     HostUnreachable,
     StepFailed,
@@ -134,6 +135,29 @@ class SshBackend:
             finally:
                 with contextlib.suppress(OSError, asyncssh.Error):  # keep the first error
                     await session.run(f"rm -f {shlex.quote(incoming)}", timeout=SCRIPT_TIMEOUT)
+
+        self._with_session(host, steps)
+
+    def install_tool(self, host: Host, account: str, order: str) -> None:
+        async def steps(session: Session) -> None:
+            incoming = f"{self.remote_dir}/incoming/{uuid.uuid4().hex}"
+            uploads = ((f"{incoming}.py", TOOL.read_text()), (f"{incoming}.json", order))
+            try:
+                for path, text in uploads:
+                    await self._run(
+                        session,
+                        host,
+                        "upload the split-test tool",
+                        f"umask 022 && mkdir -p {shlex.quote(self.remote_dir)}/incoming "
+                        f"&& cat > {shlex.quote(path)}",
+                        stdin=text,
+                    )
+                await self._script(session, host, "install_tool", account, *(p for p, _ in uploads))
+            finally:
+                with contextlib.suppress(OSError, asyncssh.Error):  # keep the first error
+                    await session.run(
+                        f"rm -f {shlex.join([p for p, _ in uploads])}", timeout=SCRIPT_TIMEOUT
+                    )
 
         self._with_session(host, steps)
 

@@ -26,8 +26,12 @@ for name in .gpulots-env .profile .bashrc; do  # root never writes through a pla
 done
 # Host indices in PCI bus order (as nvidia-smi numbers them); a host-wide ROCR list would
 # re-index HIP's, so the account's shell drops it.
-printf 'export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES=%s\nexport HIP_VISIBLE_DEVICES=%s\nunset ROCR_VISIBLE_DEVICES\n' \
-    "$cards" "$cards" > "$root/home/$account/.gpulots-env"
+# ~/.gpulots/bin holds the split-test command (install_tool.sh).
+{
+    printf 'export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES=%s\nexport HIP_VISIBLE_DEVICES=%s\nunset ROCR_VISIBLE_DEVICES\n' \
+        "$cards" "$cards"
+    printf '%s\n' 'case ":$PATH:" in *":$HOME/.gpulots/bin:"*) ;; *) export PATH="$HOME/.gpulots/bin:$PATH" ;; esac'
+} > "$root/home/$account/.gpulots-env"
 for profile in .profile .bashrc; do  # every login shell sees its cards (once)
     file="$root/home/$account/$profile"
     grep -qs '^\. ~/.gpulots-env$' "$file" || printf '. ~/.gpulots-env\n' >> "$file"
