@@ -7,7 +7,7 @@ import logging
 import math
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from django.utils import timezone
@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from config.outages import RETRY_AFTER_SECONDS, Dependency, dependency_down
+from provisioning.split_tests import SplitTestRefused
 from reservations.errors import (
     BookingRefused,
     InvalidTransition,
@@ -134,6 +135,10 @@ def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
         return limited
     if isinstance(exc, InvalidTransition):
         return Response({"code": exc.code, "detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, SplitTestRefused):
+        return Response({"code": exc.code, "detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, RequestDataTooBig):  # over DATA_UPLOAD_MAX_MEMORY_SIZE: JSON, not HTML
+        exc = RequestTooLarge()
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -8,15 +8,18 @@ from typing import Any
 from rest_framework.parsers import JSONParser
 
 from api.errors import MAX_JSON_DEPTH, JsonTooDeep, RequestTooLarge
+from provisioning import split_tests
 
 MAX_BODY = 64 * 1024
 
 
 class BoundedJSONParser(JSONParser):
+    max_body = MAX_BODY
+
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         request = (parser_context or {}).get("request")
         length = int(request.META.get("CONTENT_LENGTH") or 0) if request is not None else 0
-        if length > MAX_BODY:
+        if length > self.max_body:
             raise RequestTooLarge()
         try:
             data = super().parse(stream, media_type, parser_context)
@@ -25,6 +28,13 @@ class BoundedJSONParser(JSONParser):
         if depth(data) > MAX_JSON_DEPTH:
             raise JsonTooDeep()
         return data
+
+
+class SplitTestParser(BoundedJSONParser):
+    """A split test's report (provisioning.split_tests) may weigh more than the API's own
+    bodies: its per-process figures."""
+
+    max_body = split_tests.MAX_REPORT_BYTES
 
 
 def depth(value: Any) -> int:

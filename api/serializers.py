@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from payments.models import Invoice, Refund
 from payments.services import CLAIM_RESULTS
-from provisioning.models import ProvisioningJob
+from provisioning.models import ProvisioningJob, SplitTest
 from reservations.models import (
     CHECK_LIMIT,
     MAX_CHECKPOINTS,
@@ -588,3 +588,87 @@ class LotReportSerializer(serializers.Serializer):
 class ReportsSerializer(serializers.Serializer):
     order = OrderSerializer()
     lots = LotReportSerializer(many=True)
+
+
+class SplitTestReportSerializer(serializers.Serializer):
+    """Documents what ``gpulots split-test --upload`` posts; provisioning.split_tests checks
+    it (any other field is kept as sent)."""
+
+    kind = serializers.ChoiceField(choices=["split_test"])
+    version = serializers.IntegerField(min_value=2, max_value=2)
+    order = serializers.DictField(
+        required=False,
+        help_text="`reference` (this order, or null), `job` (one of this order's provisioning "
+        "jobs, or null), `hypothesis`",
+    )
+    split = serializers.DictField(
+        required=False, help_text="`one_card` and `two_cards`: the runs and their figures"
+    )
+    verdict = serializers.DictField(required=False, help_text="`answer`, `code`, `speedup`")
+    stand_in = serializers.BooleanField(
+        required=False, help_text="Measured on a CPU with gloo processes, not on the cards"
+    )
+
+
+class SplitTestSerializer(serializers.ModelSerializer):
+    order: serializers.SlugRelatedField[Order] = serializers.SlugRelatedField(
+        slug_field="reference", read_only=True
+    )
+    job = serializers.IntegerField(
+        source="job_id",
+        allow_null=True,
+        read_only=True,
+        help_text="The provisioning job (lot) it ran on; null when the report named none",
+    )
+    speedup = serializers.FloatField(
+        allow_null=True,
+        read_only=True,
+        help_text="Two cards against one: one card's step time over two cards' (samples per "
+        "second, two cards over one, for bigger_batch); null when not measured",
+    )
+    summary = serializers.SerializerMethodField(
+        help_text="What it found, in one sentence made from its figures"
+    )
+    report_url = serializers.SerializerMethodField(
+        help_text="The report as uploaded (JSON), behind the order page's secret link"
+    )
+
+    class Meta:
+        model = SplitTest
+        fields = (
+            "id",
+            "order",
+            "job",
+            "created_at",
+            "answer",
+            "code",
+            "speedup",
+            "stand_in",
+            "summary",
+            "report_url",
+        )
+
+    def get_summary(self, split_test: SplitTest) -> str:
+        from provisioning.report import split_test_summary
+
+        # A list reads only the parts the summary needs (provisioning.split_tests.summarised).
+        report = getattr(split_test, "summary_parts", None)
+        if report is None:
+            report = split_test.report
+        return split_test_summary(
+            report if isinstance(report, dict) else {},
+            split_test.order,
+            stand_in=split_test.stand_in,
+        )
+
+    def get_report_url(self, split_test: SplitTest) -> str:
+        from django.conf import settings
+        from django.urls import reverse
+        from django.utils import translation
+
+        order = split_test.order
+        with translation.override(order.language):
+            path = reverse(
+                "provisioning:split_test_json", args=[order.reference, order.secret, split_test.pk]
+            )
+        return f"{settings.SITE_URL}{path}"

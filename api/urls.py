@@ -38,6 +38,11 @@ urlpatterns = [
     ),
     path("orders/<str:reference>/report/", views.ReportView.as_view(), name="report"),
     path("orders/<str:reference>/receipt/", views.ReceiptView.as_view(), name="receipt"),
+    path(
+        "orders/<str:reference>/split-tests/",
+        views.SplitTestsView.as_view(),
+        name="split_tests",
+    ),
     # Last: whatever else is asked under /api/v1/ is a JSON 404.
     re_path(r"^", views.NoSuchEndpoint.as_view(), name="no_such_endpoint"),
 ]

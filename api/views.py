@@ -10,6 +10,7 @@ import hashlib
 import json
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.db import connection, models, transaction
 from django.db.models import Prefetch
 from django.http import HttpResponse
@@ -33,11 +34,12 @@ from accounts.models import User
 from api import serializers as s
 from api.errors import IdempotencyConflict, IdempotencyKeyReused, ReportNotReady
 from api.models import IdempotentRequest
+from api.parsers import SplitTestParser
 from payments import refunds
 from payments import services as payments
 from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
-from provisioning import access
+from provisioning import access, split_tests
 from provisioning.models import ProvisioningJob
 from provisioning.services import accounts_for
 from reservations import availability, campaign, fairness, services
@@ -584,6 +586,60 @@ class ReportView(APIView):
             raise ReportNotReady()
         body = {"order": order, "lots": lots}
         return Response(s.ReportsSerializer(body).data)
+
+
+class SplitTestsView(APIView):
+    """The researcher's own job on one card, then two: ``gpulots split-test --upload``."""
+
+    permission_classes = (IsAuthenticated,)
+    parser_classes = (SplitTestParser,)
+
+    @extend_schema(
+        responses={
+            200: s.SplitTestSerializer(many=True),
+            401: ERRORS[401],
+            404: ERRORS[404],
+            429: ERRORS[429],
+        },
+        summary="The split tests of your own job uploaded to the order, newest first "
+        "(without their reports: see `report_url`)",
+    )
+    def get(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        listed = split_tests.summarised(order.split_tests.all())
+        for split_test in listed:
+            split_test.order = order  # one query for the list, not one per row
+        return Response(s.SplitTestSerializer(listed, many=True).data)
+
+    @extend_schema(
+        request=s.SplitTestReportSerializer,
+        responses={
+            201: s.SplitTestSerializer,
+            400: OpenApiResponse(
+                ERROR,
+                "not_a_split_test, unsupported_version (version 2 is), split_test_too_large "
+                f"(a body over {split_tests.MAX_REPORT_BYTES // 1024} KiB), "
+                "malformed_split_test (a part not an object, a NUL character, a number out of "
+                "range), job_not_in_order, other_order (`order.reference` names another one); "
+                "or the body is not JSON: nothing is stored",
+            ),
+            401: ERRORS[401],
+            404: ERRORS[404],
+            429: ERRORS[429],
+        },
+        summary="Attach the report of `gpulots split-test` (your own job on one card, then "
+        f"two) to the order; the newest {split_tests.KEPT_PER_ORDER} are kept",
+    )
+    def post(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        try:
+            report = request.data
+        except RequestDataTooBig:  # the site reads no bigger body (DATA_UPLOAD_MAX_MEMORY_SIZE)
+            raise split_tests.SplitTestRefused("split_test_too_large") from None
+        split_test = split_tests.attach_split_test(
+            order, report, actor=services.Actor.of(_user(request))
+        )
+        return Response(s.SplitTestSerializer(split_test).data, status=status.HTTP_201_CREATED)
 
 
 class ReceiptView(APIView):

@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from config.desk import timeline_view, today_view
 from config.health import health
+from provisioning.views import split_test_tool
 
 handler500 = "config.outages.server_error"
 
@@ -20,6 +21,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health, name="health"),
     path("api/v1/", include("api.urls")),
+    # The split-test command of every delivered account, for anywhere else (no language).
+    path("tools/gpulots.py", split_test_tool, name="split_test_tool"),
 ]
 urlpatterns += i18n_patterns(
     path("", include("reservations.urls")),

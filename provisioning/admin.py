@@ -14,9 +14,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from provisioning import services
-from provisioning.models import AccessGrant, ProvisioningJob
-from provisioning.report import part
-from reservations.records import RecordAdmin
+from provisioning.models import AccessGrant, ProvisioningJob, SplitTest
+from provisioning.report import part, split_test_summary
+from reservations.records import ReadOnlyInline, RecordAdmin
 from reservations.services import Actor
 
 
@@ -227,3 +227,74 @@ class AccessGrantAdmin(RecordAdmin):
         if grant.revoke_error:
             return f"revocation failing: {grant.revoke_error[:80]}"
         return "open: keys in" if grant.keys_at else "open: preparing"
+
+
+def _split_test_json(split_test: SplitTest) -> str:
+    order = split_test.order
+    return format_html(
+        '<a href="{}">raw JSON</a>',
+        reverse(
+            "provisioning:split_test_json", args=[order.reference, order.secret, split_test.pk]
+        ),
+    )
+
+
+@admin.register(SplitTest)
+class SplitTestAdmin(RecordAdmin):
+    """The researchers' own split tests, as ``gpulots split-test --upload`` sent them: kept
+    by provisioning.split_tests, read in the desk, never edited."""
+
+    list_display = ("order", "job", "created_at", "answer", "code", "speedup", "stand_in")
+    list_filter = ("answer", "stand_in")
+    search_fields = ("order__reference",)
+    list_select_related = ("order", "job__order", "job__lot__host")
+    date_hierarchy = "created_at"
+    fields = (
+        "order",
+        "job",
+        "created_at",
+        "answer",
+        "code",
+        "speedup",
+        "stand_in",
+        "summary",
+        "raw_report",
+    )
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SplitTest]:
+        return super().get_queryset(request).defer("report")
+
+    @admin.display(description="summary")
+    def summary(self, split_test: SplitTest) -> str:
+        report = SplitTest.objects.values_list("report", flat=True).get(pk=split_test.pk)
+        return split_test_summary(
+            report if isinstance(report, dict) else {},
+            split_test.order,
+            stand_in=split_test.stand_in,
+        )
+
+    @admin.display(description="report")
+    def raw_report(self, split_test: SplitTest) -> str:
+        return _split_test_json(split_test)
+
+
+class SplitTestInline(ReadOnlyInline):
+    """The order's split tests on its page in the desk: newest first, the report a link."""
+
+    model = SplitTest
+    fields = ("created_at", "lot", "answer", "code", "speedup", "stand_in", "raw_report")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SplitTest]:
+        return (
+            super().get_queryset(request).defer("report").select_related("order", "job__lot__host")
+        )
+
+    @admin.display(description="lot")
+    def lot(self, split_test: SplitTest) -> str:
+        return str(split_test.job.lot) if split_test.job is not None else "-"
+
+    @admin.display(description="report")
+    def raw_report(self, split_test: SplitTest) -> str:
+        return _split_test_json(split_test)

@@ -156,3 +156,41 @@ class AccessGrant(models.Model):
     @property
     def is_open(self) -> bool:
         return self.closed_at is None
+
+
+class SplitTest(models.Model):
+    """The researcher's own training command measured on one card, then two, by
+    ``gpulots split-test`` in their account, and uploaded with their API token: the report
+    as uploaded (provisioning.split_tests checks its shape, never trusts its content), and
+    what the lists show of it. Written only by provisioning.split_tests.attach_split_test."""
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="split_tests")
+    job = models.ForeignKey(
+        ProvisioningJob,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="split_tests",
+        help_text=_("The lot it ran on, when the report names one of the order's jobs"),
+    )
+    report = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    answer = models.CharField(
+        max_length=12, blank=True, help_text=_("The verdict's answer: yes, no, not_answered")
+    )
+    code = models.CharField(max_length=40, blank=True, help_text=_("The verdict's code"))
+    speedup = models.FloatField(
+        null=True,
+        blank=True,
+        help_text=_("Two cards against one: step time, or samples per second for a bigger batch"),
+    )
+    stand_in = models.BooleanField(
+        default=False, help_text=_("Measured on a CPU stand-in, not on the cards")
+    )
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        indexes = [models.Index(fields=["order", "-created_at"], name="split_test_order_newest")]
+
+    def __str__(self) -> str:
+        return f"{self.order.reference} · split test {self.pk}"

@@ -6,7 +6,8 @@ the page's language: the benchmark writes codes and English, the page translates
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 from django.utils.formats import number_format
 from django.utils.functional import Promise
@@ -14,6 +15,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from reservations.models import Hypothesis, Order
+
+if TYPE_CHECKING:
+    from provisioning.models import SplitTest
 
 NOT_MEASURED = "not measured: "
 
@@ -372,3 +376,230 @@ def _collective(name: str) -> str:
         "all_gather": _("All-gather"),
         "reduce_scatter": _("Reduce-scatter"),
     }[name]
+
+
+# --------------------------------------------------------------------------- split tests
+# The researcher's own job on one card, then two (provisioning.split_tests): its summary is
+# made here from its figures, in the page's language, never from its English sentences.
+
+RUN_STATUS: dict[str, Promise] = {
+    "ok": gettext_lazy("ran"),
+    "oom": gettext_lazy("out of memory"),
+    "failed": gettext_lazy("failed"),
+    "timeout": gettext_lazy("ran out of time"),
+}
+"""A split test's run by its ``status``."""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _quotient(top: Any, bottom: Any) -> float | None:
+    """``top / bottom``, when both are positive figures."""
+    above, below = _number(top), _number(bottom)
+    if above is None or below is None or above <= 0 or below <= 0:
+        return None
+    quotient = above / below
+    return quotient if math.isfinite(quotient) and quotient > 0 else None
+
+
+def _ratio(top: Any, bottom: Any) -> float | None:
+    quotient = _quotient(top, bottom)
+    return None if quotient is None else round(quotient, 2)
+
+
+def _throughput_ratio(one: dict[str, Any], two: dict[str, Any]) -> float | None:
+    """Two cards' samples per second over one card's; from the global batches and step
+    times when the samples per second were not measured (the command set its batch)."""
+    ratio = _ratio(two.get("samples_per_s"), one.get("samples_per_s"))
+    if ratio is not None:
+        return ratio
+    return _ratio(
+        _quotient(two.get("global_batch"), two.get("median_step_ms")),
+        _quotient(one.get("global_batch"), one.get("median_step_ms")),
+    )
+
+
+def split_test_hypothesis(report: dict[str, Any], order: Order) -> str:
+    """The hypothesis a split test answers: its own (the command may be told another one),
+    else the order's."""
+    for said in (
+        part(report, "order").get("hypothesis"),
+        part(report, "verdict").get("hypothesis"),
+    ):
+        if isinstance(said, str) and said in Hypothesis.values:
+            return said
+    return order.hypothesis
+
+
+def split_test_speedup(report: dict[str, Any], order: Order) -> float | None:
+    """Two cards against one, from the figures: one card's step time over two cards' (two
+    cards' samples per second over one card's, for a bigger batch); None when a figure is
+    missing. The verdict's own ``speedup`` is not trusted."""
+    split = part(report, "split")
+    one, two = part(split, "one_card"), part(split, "two_cards")
+    if split_test_hypothesis(report, order) == Hypothesis.BIGGER_BATCH:
+        return _throughput_ratio(one, two)
+    return _ratio(one.get("median_step_ms"), two.get("median_step_ms"))
+
+
+def _not_measured_runs(one: dict[str, Any], two: dict[str, Any]) -> str:
+    for run, sentence in (
+        (one, gettext_lazy("Your job: not measured on one card (%(status)s).")),
+        (two, gettext_lazy("Your job: not measured on two cards (%(status)s).")),
+    ):
+        status = RUN_STATUS.get(str(run.get("status") or ""))
+        if status is not None and run.get("status") != "ok":
+            return str(sentence) % {"status": status}
+    return _("Your job: not measured.")
+
+
+def split_test_summary(report: dict[str, Any], order: Order, *, stand_in: bool = False) -> str:
+    """One sentence on what the split test found, from its figures: the step two cards
+    shorten (the samples per second they add, for a bigger batch) and the exchange's share
+    of the step, or whether the job fits; "not measured" when figures are missing. With
+    ``stand_in``, the caveat that a CPU stand-in measured it."""
+    split = part(report, "split")
+    one, two = part(split, "one_card"), part(split, "two_cards")
+    hypothesis = split_test_hypothesis(report, order)
+    share = _number(two.get("exchange_share"))
+    share = _number(split.get("exchange_share")) if share is None else share
+    params: dict[str, Any] = {"share": percent(share)}
+    text: str
+    if hypothesis == Hypothesis.MAKE_POSSIBLE:
+        fits_one, fits_two = one.get("fits"), two.get("fits")
+        if fits_one is True:
+            text = _("Your job fits one card: a second card is not needed to run it.")
+        elif fits_one is False and fits_two is True:
+            text = _("Your job does not fit one card and runs on two.")
+        elif fits_one is False and fits_two is False:
+            text = _("Your job fits neither one card nor two.")
+        else:
+            text = _not_measured_runs(one, two)
+    elif one.get("fits") is False:
+        text = _("Your job does not fit one card: there is no one-card step to compare.")
+    elif hypothesis == Hypothesis.BIGGER_BATCH:
+        ratio = _throughput_ratio(one, two)
+        if ratio is None:
+            text = _not_measured_runs(one, two)
+        else:
+            params["ratio"] = number_format(ratio, use_l10n=True)
+            text = (
+                _(
+                    "Your job: %(ratio)s× the samples per second on two cards (twice the "
+                    "global batch)."
+                )
+                if share is None
+                else _(
+                    "Your job: %(ratio)s× the samples per second on two cards (twice the "
+                    "global batch); exchange %(share)s of the step."
+                )
+            ) % params
+    else:
+        ratio = _ratio(one.get("median_step_ms"), two.get("median_step_ms"))
+        longer = _ratio(two.get("median_step_ms"), one.get("median_step_ms"))
+        if ratio is None or longer is None:
+            text = _not_measured_runs(one, two)
+        elif ratio >= 1:
+            params["ratio"] = number_format(ratio, use_l10n=True)
+            text = (
+                _("Your job: %(ratio)s× shorter step on two cards.")
+                if share is None
+                else _(
+                    "Your job: %(ratio)s× shorter step on two cards; exchange %(share)s of "
+                    "the step."
+                )
+            ) % params
+        else:
+            params["ratio"] = number_format(longer, use_l10n=True)
+            text = (
+                _("Your job: %(ratio)s× longer step on two cards.")
+                if share is None
+                else _(
+                    "Your job: %(ratio)s× longer step on two cards; exchange %(share)s of the step."
+                )
+            ) % params
+    if stand_in:
+        text = f"{text} ({_('measured on a CPU stand-in, not on the cards')})"
+    return text
+
+
+def _peaks(run: dict[str, Any]) -> str:
+    peak = run.get("peak_memory_gib")
+    if run.get("memory_source") == "process_peak_rss_gib" and peak not in (None, []):
+        # A CPU stand-in has no card memory: its processes' peak resident memory, said so.
+        values = peak if isinstance(peak, list) else [peak]
+        return _("%(figures)s (process memory on the CPU stand-in)") % {
+            "figures": " / ".join(figure(value, "GiB") for value in values)
+        }
+    if isinstance(peak, list) and peak:
+        return " / ".join(figure(value, "GiB") for value in peak)
+    if peak is None or peak == []:
+        source = run.get("memory_source")
+        if isinstance(source, str) and source.startswith(NOT_MEASURED):
+            return not_measured(source)
+        return "—"
+    return figure(peak, "GiB")
+
+
+def _split_test_runs(split: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for key, label in (("one_card", _("One card")), ("two_cards", _("Two cards"))):
+        run = part(split, key)
+        status = run.get("status")
+        imbalance = figure(_number(run.get("compute_imbalance")), "", 2)
+        if run.get("imbalanced") is True:
+            imbalance = _("%(figure)s (unbalanced)") % {"figure": imbalance}
+        rows.append(
+            {
+                "label": label,
+                "status": RUN_STATUS.get(str(status), figure(status)) if status else "—",
+                "fits": figure(run.get("fits") if isinstance(run.get("fits"), bool) else None),
+                "step": figure(_number(run.get("median_step_ms")), "ms"),
+                "samples": figure(_number(run.get("samples_per_s")), _("samples/s")),
+                "memory": _peaks(run),
+                "exchange": percent(_number(run.get("exchange_share")))
+                if key == "two_cards"
+                else _("no exchange on one card"),
+                "imbalance": imbalance if key == "two_cards" else "—",
+            }
+        )
+    return rows
+
+
+def _command(command: Any) -> str:
+    if isinstance(command, list):
+        return " ".join(str(word) for word in command)
+    return command if isinstance(command, str) and command else "—"
+
+
+def split_test_context(split_test: SplitTest | None) -> dict[str, Any]:
+    """What templates/provisioning/_split_test.html shows of a split test (None: how to
+    run one)."""
+    if split_test is None:
+        return {"split_test": None}
+    report: dict[str, Any] = split_test.report if isinstance(split_test.report, dict) else {}
+    steps = part(report, "steps")
+    measured, warmup = steps.get("measured"), steps.get("warmup")
+    counted = all(
+        isinstance(count, int) and not isinstance(count, bool) for count in (measured, warmup)
+    )
+    return {
+        "split_test": {
+            "pk": split_test.pk,
+            "report": report,
+            "summary": split_test_summary(report, split_test.order),
+            "stand_in": split_test.stand_in,
+            "incomplete": report.get("complete") is False,
+            "runs": _split_test_runs(part(report, "split")),
+            "command": _command(report.get("command")),
+            "steps": _("%(measured)s steps measured after %(warmup)s warm-up steps.")
+            % {"measured": measured, "warmup": warmup}
+            if counted
+            else "",
+            "created_at": split_test.created_at,
+        }
+    }

@@ -12,4 +12,9 @@ urlpatterns = [
         views.report_json,
         name="report_json",
     ),
+    path(
+        "orders/<str:reference>/<str:secret>/split-tests/<int:split_test_id>/json/",
+        views.split_test_json,
+        name="split_test_json",
+    ),
 ]

@@ -1,15 +1,18 @@
 """The validation report, for whoever holds the order's link: a readable page with charts,
-and the raw JSON."""
+and the raw JSON; beside it, the researcher's own split test (provisioning.split_tests)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 
 from provisioning import report as v2
-from provisioning.models import ProvisioningJob
+from provisioning.backends import TOOL
+from provisioning.models import ProvisioningJob, SplitTest
 from provisioning.templatetags.provisioning import live_context
 from reservations.models import Order
 from reservations.views import order_by_link
@@ -49,7 +52,21 @@ def report(request: HttpRequest, reference: str, secret: str, job_id: int) -> Ht
     order, job = _job(reference, secret, job_id)
     data: dict[str, Any] = job.report or {}
     if isinstance(data.get("version"), int) and data["version"] >= 2:
-        shown = {"order": order, "job": job, "report": data, **v2.context(order, data)}
+        # The newest split test of this lot, or of the order when it named no lot.
+        split_test = (
+            SplitTest.objects.filter(order=order)
+            .filter(Q(job=job) | Q(job__isnull=True))
+            .select_related("order")
+            .first()
+        )
+        shown = {
+            "order": order,
+            "job": job,
+            "report": data,
+            "api_url": f"{settings.SITE_URL}/api/v1",
+            **v2.context(order, data),
+            **v2.split_test_context(split_test),
+        }
         return render(request, "provisioning/report_v2.html", shown)
     split = data.get("split_test", {})
     single, pair = split.get("one_card", {}), split.get("two_cards", {})
@@ -78,6 +95,27 @@ def report_json(request: HttpRequest, reference: str, secret: str, job_id: int) 
     response["Content-Disposition"] = (
         f'attachment; filename="{order.reference}-lot-{job.lot_id}-report.json"'
     )
+    return response
+
+
+def split_test_json(
+    request: HttpRequest, reference: str, secret: str, split_test_id: int
+) -> JsonResponse:
+    """A split test's report as it was uploaded, for whoever holds its order's link."""
+    order = order_by_link(reference, secret)
+    split_test = get_object_or_404(SplitTest, pk=split_test_id, order=order)
+    response = JsonResponse(split_test.report, json_dumps_params={"indent": 1})
+    response["Content-Disposition"] = (
+        f'attachment; filename="{order.reference}-split-test-{split_test.pk}.json"'
+    )
+    return response
+
+
+def split_test_tool(request: HttpRequest) -> HttpResponse:
+    """``gpulots.py``, the split-test command every delivered account has, for anywhere
+    else with PyTorch: ``python gpulots.py split-test --help``."""
+    response = HttpResponse(TOOL.read_bytes(), content_type="text/x-python; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="gpulots.py"'
     return response
 
 

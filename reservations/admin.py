@@ -28,7 +28,7 @@ from django.views.decorators.http import require_POST
 
 from config import desk
 from provisioning import fleet
-from provisioning.admin import report_summary
+from provisioning.admin import SplitTestInline, report_summary
 from provisioning.models import ProvisioningJob
 from reservations import inventory, services
 from reservations.campaign_admin import CheckpointInline, EarlyEndRequestInline
@@ -652,6 +652,7 @@ class OrderAdmin(admin.ModelAdmin):
         HoldInline,
         SshKeyInline,
         ProvisioningInline,
+        SplitTestInline,
         CheckpointInline,
         EarlyEndRequestInline,
         EventInline,

@@ -8,10 +8,11 @@ from datetime import datetime
 from typing import Any
 
 from django import template
+from django.db.models import Count, Window
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from provisioning.models import ProvisioningJob
+from provisioning.models import ProvisioningJob, SplitTest
 from reservations.models import Order
 
 register = template.Library()
@@ -29,10 +30,37 @@ def live_context(order: Order, now: datetime | None = None) -> dict[str, Any]:
     return {
         "order": order,
         "jobs": jobs,
+        "split_tests": _split_tests(order, jobs),
         "now": now,
         "started": now >= order.starts_at,
         "start_iso": order.starts_at.isoformat(),
         "end_iso": order.ends_at.isoformat(),
+    }
+
+
+def _split_tests(order: Order, jobs: list[ProvisioningJob]) -> dict[str, Any] | None:
+    """How many split tests the researcher uploaded, the newest's summary and the report
+    page that shows it: one query, and only once a lot is delivered (a report to read)."""
+    from provisioning.report import split_test_summary
+    from provisioning.split_tests import summarised
+
+    delivered = [job for job in jobs if job.status in ProvisioningJob.DELIVERED and job.report]
+    if not delivered:
+        return None
+    newest = (
+        summarised(SplitTest.objects.filter(order=order))
+        .annotate(uploaded=Window(Count("pk")))  # over every row, before the LIMIT
+        .first()
+    )
+    if newest is None:
+        return None
+    parts = getattr(newest, "summary_parts", None)
+    report = parts if isinstance(parts, dict) else {}
+    shown = next((job for job in delivered if job.pk == newest.job_id), delivered[0])
+    return {
+        "count": newest.uploaded,
+        "summary": split_test_summary(report, order, stand_in=newest.stand_in),
+        "job": shown,
     }
 
 

@@ -119,9 +119,12 @@ def not_measured(why: str) -> str:
 class _Recorder:
     """Step marks, the profiled window and the peak memory of one process."""
 
-    def __init__(self, folder: str, rank: int) -> None:
+    def __init__(self, folder: str, rank: int, *, implicit: bool = False) -> None:
         self.folder = folder
         self.rank = rank
+        self.implicit = implicit
+        """No RANK in the environment (``--launcher none``): maybe the command's own
+        launcher, which never replaces what a real rank 0 wrote."""
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
         self.warmup = int(os.environ.get("GPULOTS_WARMUP", "5"))
         self.steps = int(os.environ.get("GPULOTS_STEPS", "20"))
@@ -324,6 +327,8 @@ class _Recorder:
             return  # a process of the launcher, or a data-loader worker: nothing to say
         self.written = True
         path = os.path.join(self.folder, f"rank-{self.rank}.json")
+        if self.implicit and os.path.exists(path):
+            return
         handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".rank-")
         with os.fdopen(handle, "w") as out:
             json.dump(self.result(status), out)
@@ -462,7 +467,7 @@ def _autostart() -> None:
     rank = os.environ.get("RANK")
     if rank is None and os.environ.get("GPULOTS_LAUNCHER") != "none":
         return
-    _recorder = _Recorder(folder, int(rank or 0))
+    _recorder = _Recorder(folder, int(rank or 0), implicit=rank is None)
     recorder = _recorder
     previous = sys.excepthook
 

@@ -29,6 +29,8 @@ def split_test(
     job: str = "plain_loop.py",
     env: dict[str, str] | None = None,
     timeout: float = 240,
+    launch: list[str] | None = None,
+    job_args: list[str] | None = None,
 ) -> tuple[int, dict[str, Any], subprocess.CompletedProcess[str]]:
     out = tmp_path / "report.json"
     environment = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", **(env or {})}
@@ -46,7 +48,8 @@ def split_test(
             str(tmp_path),
             *args,
             "--",
-            sys.executable,
+            *(launch or [sys.executable]),
+            *(job_args or []),
             str(JOBS / job),
         ],
         capture_output=True,
@@ -101,6 +104,34 @@ def test_split_test_measures_a_plain_loop_on_one_card_then_two(tmp_path: Path) -
     assert "the same global batch (32 samples a step)" in verdict["held_constant"]
     assert verdict["measured"] in done.stdout
     assert (tmp_path / "split-test-one_card.log").exists()
+
+
+def test_split_test_leaves_the_launching_to_a_command_that_does_its_own(tmp_path: Path) -> None:
+    code, report, done = split_test(
+        tmp_path,
+        "--launcher",
+        "none",
+        "--global-batch",
+        "16",
+        *SHORT,
+        launch=[sys.executable, "-m", "torch.distributed.run", "--standalone"],
+        job_args=["--nproc-per-node", "{nproc}"],
+    )
+
+    assert code == 0, done.stderr
+    one, two = report["split"]["one_card"], report["split"]["two_cards"]
+    assert one["command"][:6] == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "1",
+    ]
+    assert two["command"][5] == "2"
+    assert [r["rank"] for r in two["per_rank"]] == [0, 1]
+    assert two["status"] == "ok"
+    assert two["per_rank_batch"] == 8
 
 
 def test_split_test_uses_the_researchers_own_step_marks(tmp_path: Path) -> None:

@@ -13,10 +13,14 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.test import Client
+from django.utils import translation
 
 from provisioning import services
-from provisioning.backends import LocalBackend, StepFailed
-from provisioning.models import ProvisioningJob
+from provisioning.backends import TOOL, LocalBackend, StepFailed
+from provisioning.models import ProvisioningJob, SplitTest
+from provisioning.report import figure
+from reservations.models import Order
 from tests.conftest import RequestFactory
 from tests.provisioning.clock import run_at_start
 from tests.provisioning.test_provisioning import OPERATOR, paid_order
@@ -110,3 +114,72 @@ def test_install_tool_refuses_a_link_planted_in_the_account(
     with pytest.raises(StepFailed, match="symbolic link"):
         backend.install_tool(job.lot.host, account, services.tool_order(job))
     assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_split_test_uploads_its_report_from_the_account_to_the_orders_report_page(
+    make_request: RequestFactory,
+    backend: LocalBackend,
+    eager_tasks: None,
+    live_server: Any,
+    ada: tuple[Any, str],
+) -> None:
+    """The whole way: delivered account → ``gpulots split-test --upload`` with the
+    researcher's token → the API → the lot's report page, in the order's link."""
+    order = paid_order(make_request, hypothesis="shorter_step")
+    Order.objects.filter(pk=order.pk).update(user=ada[0])
+    services.approve_order(order, actor=OPERATOR)
+    job = run_at_start(ProvisioningJob.objects.get(order=order).pk, backend)
+    assert job.status == ProvisioningJob.Status.READY, job.error
+    home = backend.root / job.lot.host.name / "home" / job.accounts[0]
+
+    run = in_account(
+        home,
+        f"GPULOTS_TOKEN={ada[1]} gpulots split-test --global-batch 16 --warmup 2 --steps 3 "
+        f"--profile-steps 2 --upload --api {live_server.url}/api/v1 "
+        f"-- {sys.executable} {JOBS / 'plain_loop.py'}",
+    )
+
+    assert run.returncode == 0, run.stderr
+    stored = SplitTest.objects.get(order=order)
+    assert stored.job_id == job.pk
+    report = json.loads((home / "split-test-report.json").read_text())
+    assert stored.report == report
+    assert stored.code == report["verdict"]["code"]
+    assert stored.stand_in is True
+    assert "attached to the order: Your job: " in run.stdout
+    page = (
+        Client()
+        .get(f"/en/orders/{order.reference}/{order.secret}/report/{job.pk}/")
+        .content.decode()
+    )
+    assert 'data-testid="split-summary"' in page
+    with translation.override("en"):
+        for run_name in ("one_card", "two_cards"):
+            assert figure(report["split"][run_name]["median_step_ms"], "ms") in page
+
+
+def test_split_test_refuses_an_upload_without_a_token_and_keeps_the_report(tmp_path: Path) -> None:
+    (tmp_path / ".gpulots").mkdir()
+    (tmp_path / ".gpulots" / "order.json").write_text(
+        json.dumps({"reference": "GL-TEST", "api": "http://127.0.0.1:9/api/v1"})
+    )
+    (tmp_path / ".gpulots-env").write_text("export CUDA_VISIBLE_DEVICES=0,1\n")
+    run = in_account(
+        tmp_path,
+        f"{sys.executable} {TOOL} split-test --global-batch 16 --warmup 1 --steps 2 "
+        f"--profile-steps 0 --upload -- {sys.executable} {JOBS / 'plain_loop.py'}",
+    )
+
+    assert run.returncode == 2
+    assert "--upload needs your API token" in run.stderr
+    assert json.loads((tmp_path / "split-test-report.json").read_text())["complete"] is True
+
+
+def test_the_split_test_tool_can_be_downloaded_to_run_anywhere(client: Client) -> None:
+    response = client.get("/tools/gpulots.py")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/x-python; charset=utf-8"
+    assert response["Content-Disposition"] == 'attachment; filename="gpulots.py"'
+    assert response.content == TOOL.read_bytes()
