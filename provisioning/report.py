@@ -532,7 +532,7 @@ def _peaks(run: dict[str, Any]) -> str:
     if run.get("memory_source") == "process_peak_rss_gib" and peak not in (None, []):
         # A CPU stand-in has no card memory: its processes' peak resident memory, said so.
         values = peak if isinstance(peak, list) else [peak]
-        return _("%(figures)s (process memory on the CPU stand-in)") % {
+        return _("%(figures)s (process memory)") % {
             "figures": " / ".join(figure(value, "GiB") for value in values)
         }
     if isinstance(peak, list) and peak:
