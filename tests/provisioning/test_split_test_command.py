@@ -308,3 +308,79 @@ def test_the_hooks_do_nothing_outside_a_split_test() -> None:
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"
+
+
+class _Span:
+    def __init__(self, start: float, end: float) -> None:
+        self.start, self.end = start, end
+
+
+class _Event:
+    def __init__(self, name: str, device: str, start: float, end: float) -> None:
+        self.name, self.device_type, self.time_range = name, device, _Span(start, end)
+
+
+class _Profile:
+    def __init__(self, events: list[_Event]) -> None:
+        self._events = events
+
+    def events(self) -> list[_Event]:
+        return self._events
+
+
+def recorder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    sys.path.insert(0, str(TOOL.parent))
+    try:
+        import gpulots  # type: ignore[import-not-found]  # the tool, by its own name
+    finally:
+        sys.path.remove(str(TOOL.parent))
+    for name, value in (("GPULOTS_WARMUP", "1"), ("GPULOTS_STEPS", "1"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GPULOTS_PROFILE_STEPS", "2")
+    found = gpulots._Recorder(str(tmp_path), 0)
+    found.window["first_step"] = 0
+    found.durations = [0.010, 0.010]
+    return found
+
+
+def test_split_test_counts_nccl_kernels_on_the_card_once_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A unit check of the GPU path, which no GPU here can run: the profiler's device
+    kernels named nccl (NCCL, and RCCL, which keeps the names) are the exchange, counted
+    once where they overlap; the CPU side of a collective and compute kernels are not."""
+    found = recorder(monkeypatch, tmp_path)
+    found._trace_ready(
+        _Profile(
+            [
+                _Event("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...)", "DeviceType.CUDA", 0, 3000),
+                _Event("ncclDevKernel_AllGather_RING_LL(...)", "DeviceType.CUDA", 2000, 4000),
+                _Event("nccl:all_reduce", "DeviceType.CPU", 0, 9000),
+                _Event("ampere_bf16_s16816gemm_bf16_128x128", "DeviceType.CUDA", 4000, 9000),
+                _Event("aten::mm", "DeviceType.CPU", 4000, 9000),
+            ]
+        )
+    )
+
+    assert found.window["source"] == "profiler: NCCL/RCCL kernels"
+    assert found.window["collectives"] == 2
+    assert found.window["collective_seconds"] == pytest.approx(0.004)
+    assert found.window["step_seconds"] == pytest.approx(0.020)
+
+
+def test_split_test_counts_gloo_operations_on_a_cpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    found = recorder(monkeypatch, tmp_path)
+    found._trace_ready(
+        _Profile(
+            [
+                _Event("gloo:all_reduce", "DeviceType.CPU", 0, 1500),
+                _Event("gloo:all_reduce", "DeviceType.CPU", 5000, 6000),
+                _Event("c10d::allreduce_", "DeviceType.CPU", 0, 100),
+            ]
+        )
+    )
+
+    assert found.window["source"] == "profiler: gloo operations"
+    assert found.window["collective_seconds"] == pytest.approx(0.0025)
