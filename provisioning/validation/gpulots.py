@@ -36,9 +36,12 @@ hooks into each process; any sitecustomize of your own still runs after it):
   ``--profile-steps`` run under torch.profiler;
 * peak memory per card: ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` of each
   process's card (``LOCAL_RANK``); on a CPU the process's peak resident memory, said so;
-* the exchange: the time of the collectives in the profiled steps (NCCL/RCCL kernels on GPUs,
-  gloo operations on a CPU; overlapping ones counted once), its share of the step, and each
-  process's compute time (the step less its collectives) for the imbalance between the cards.
+* the exchange, from the profiled steps: the collectives (NCCL/RCCL kernels on the card,
+  gloo operations on a CPU) against the compute (the card's other kernels, or the job's own
+  threads), each counted once where they overlap. The exposed exchange is the collectives'
+  time no compute overlaps (``collective_busy_ms`` is all of it); the card that waits less
+  gives the run's exchange and its share of the step, and each card's compute time gives the
+  imbalance between the cards.
 
 Once every process has made its steps, the run is ended (its process group stopped); a run
 that outlives ``--timeout`` is cut and reported as such. An out-of-memory error is a result
@@ -100,6 +103,8 @@ OUT_OF_MEMORY = re.compile(
     r"OutOfMemoryError|CUDA out of memory|HIP out of memory|out of memory", re.IGNORECASE
 )
 HYPOTHESES = ("shorter_step", "bigger_batch", "make_possible")
+LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "mpirun", "srun")
+"""Commands that start the processes themselves: run them with --launcher none."""
 ORDER_FILE = os.path.join("~", ".gpulots", "order.json")
 """Written into each delivered account: the order's reference, lot job, hypothesis, API."""
 
@@ -133,6 +138,7 @@ class _Recorder:
         self.marked_by = "optimizer.step (automatic)"
         self.explicit = False
         self.first_optimizer: int | None = None
+        self.depth = 0
         self.ends: list[float] = []  # perf_counter at each step's end
         self.durations: list[float] = []  # seconds of each step
         self.began: float | None = None
@@ -146,9 +152,18 @@ class _Recorder:
     def _torch(self) -> Any:
         return sys.modules.get("torch")
 
+    def _capturing(self) -> bool:
+        """Inside a CUDA graph capture: no synchronisation, no mark (a replay is no step
+        PyTorch's hooks see)."""
+        torch = self._torch()
+        with contextlib.suppress(Exception):
+            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+                return bool(torch.cuda.is_current_stream_capturing())
+        return False
+
     def _sync(self) -> None:
         torch = self._torch()
-        if torch is None:
+        if torch is None or self._capturing():
             return
         with contextlib.suppress(Exception):
             if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -158,8 +173,14 @@ class _Recorder:
         count = torch.cuda.device_count()
         return self.local_rank if self.local_rank < count else torch.cuda.current_device()
 
+    def stepping(self) -> None:
+        """Before an ``optimizer.step()``: a step within a step (a subclass calling
+        ``super().step()``, ZeroRedundancyOptimizer's inner optimizer) is not a mark."""
+        self.depth += 1
+
     def automatic(self, optimizer: Any) -> None:
-        if self.explicit:
+        self.depth = max(0, self.depth - 1)
+        if self.explicit or self.depth or self._capturing():
             return
         if self.first_optimizer is None:
             self.first_optimizer = id(optimizer)
@@ -224,27 +245,50 @@ class _Recorder:
             self.window["error"] = f"the profiler did not start: {type(exc).__name__}: {exc}"
 
     def _trace_ready(self, profiler: Any) -> None:
+        """The profiled steps' collectives and compute: on a GPU the NCCL/RCCL kernels
+        against the other kernels on the card, on a CPU gloo's operations (on gloo's own
+        threads) against the ops of the job's threads. The exposed exchange is the
+        collectives' time that no compute overlaps; what overlaps is hidden under it."""
         try:
-            intervals: list[tuple[float, float]] = []
+            collectives: list[tuple[float, float]] = []
+            kernels: list[tuple[float, float]] = []
+            host: list[tuple[Any, str, tuple[float, float]]] = []
+            gloo_threads = set()
             source = ""
             for event in profiler.events():
                 name = str(event.name)
+                span = (float(event.time_range.start), float(event.time_range.end))
                 on_device = "CUDA" in str(getattr(event, "device_type", "")).upper()
-                if on_device and "nccl" in name.lower():
-                    source = "profiler: NCCL/RCCL kernels"
-                elif not on_device and name.startswith("gloo:"):
+                if on_device:
+                    if getattr(event, "is_user_annotation", False) or ":" in name.split("(")[0]:
+                        continue  # an annotation on the card's timeline (nccl:all_reduce)
+                    if "nccl" in name.lower():
+                        collectives.append(span)
+                        source = "profiler: NCCL/RCCL kernels"
+                    else:
+                        kernels.append(span)
+                elif name.startswith("gloo:"):
+                    collectives.append(span)
+                    gloo_threads.add(getattr(event, "thread", None))
                     source = source or "profiler: gloo operations"
-                else:
-                    continue
-                span = event.time_range
-                intervals.append((float(span.start), float(span.end)))
+                elif not name.startswith("ProfilerStep"):
+                    host.append((getattr(event, "thread", None), name, span))
+            if kernels:  # a GPU: the card's own timeline
+                compute = kernels
+            else:  # a CPU: the job's threads (gloo works on threads of its own)
+                compute = [span for thread, _name, span in host if thread not in gloo_threads]
+            busy = merged(collectives)
+            worked = merged(compute)
+            hidden = overlap_seconds(busy, worked)
             first = self.window["first_step"]
             window = self.durations[first : first + self.profiled]
             self.window.update(
                 steps=len(window),
                 step_seconds=sum(window),
-                collective_seconds=union_seconds(intervals) / 1e6,
-                collectives=len(intervals),
+                collective_seconds=length(busy) / 1e6,
+                exposed_seconds=(length(busy) - hidden) / 1e6,
+                compute_seconds=length(worked) / 1e6,
+                collectives=len(collectives),
                 source=source,
             )
         except Exception as exc:
@@ -265,7 +309,11 @@ class _Recorder:
             with contextlib.suppress(Exception):
                 if torch.cuda.is_available() and torch.cuda.is_initialized():
                     index = self._device_index(torch)
+                    free, total = torch.cuda.mem_get_info(index)
                     return {
+                        # the card's used memory when the run ends: the CUDA context, NCCL's
+                        # buffers and the allocator's cache too (max_memory_allocated's not)
+                        "device_used_gib": round((total - free) / GIB, 3),
                         "device": f"cuda:{index}",
                         "card_name": torch.cuda.get_device_name(index),
                         "peak_memory_gib": round(torch.cuda.max_memory_allocated(index) / GIB, 3),
@@ -297,23 +345,30 @@ class _Recorder:
         }
         window = self.window
         if window.get("steps") and timed:
-            step = window["step_seconds"] / window["steps"]
-            collective = window["collective_seconds"] / window["steps"]
             # Shares within the profiled steps (the profiler slows a step, most on a CPU):
             # applied to the timed step, they give its milliseconds.
-            share = min(1.0, collective / step) if step > 0 else 0.0
+            step = window["step_seconds"]
             median = statistics.median(timed)
+
+            def share(seconds: float) -> float:
+                return min(1.0, seconds / step) if step > 0 else 0.0
+
+            exposed, busy = share(window["exposed_seconds"]), share(window["collective_seconds"])
+            computing = share(window["compute_seconds"])
             found.update(
                 profiled_steps=window["steps"],
-                profiled_step_ms=round(step * 1000, 3),
-                collective_share=round(share, 4),
-                collective_ms=round(share * median * 1000, 3),
-                compute_ms=round((1 - share) * median * 1000, 3),
+                profiled_step_ms=round(step / window["steps"] * 1000, 3),
+                collective_share=round(exposed, 4),
+                collective_ms=round(exposed * median * 1000, 3),
+                collective_busy_ms=round(busy * median * 1000, 3),
+                compute_ms=round(computing * median * 1000, 3),
                 collectives_seen=window["collectives"],
                 collective_source=window["source"] or not_measured("no collective was seen"),
             )
         elif window.get("error"):
             found["profile_error"] = window["error"]
+        if window.get("hook_error"):
+            found["hook_error"] = window["hook_error"]
         if self.error:
             found.update(self.error)
         return found
@@ -326,6 +381,12 @@ class _Recorder:
         if not self.ends and status != "oom" and self.error is None:
             return  # a process of the launcher, or a data-loader worker: nothing to say
         self.written = True
+        if self.implicit:  # --launcher none: the rank its process group gives it, if any
+            with contextlib.suppress(Exception):
+                import torch.distributed as dist
+
+                if dist.is_available() and dist.is_initialized():
+                    self.rank, self.implicit = dist.get_rank(), False
         path = os.path.join(self.folder, f"rank-{self.rank}.json")
         if self.implicit and os.path.exists(path):
             return
@@ -349,17 +410,39 @@ def _backend(torch: Any) -> str | None:
     return None
 
 
+def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``intervals`` as disjoint ones, in order (overlapping ones counted once)."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def length(intervals: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def overlap_seconds(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """The length of the intersection of two lists of disjoint, ordered intervals."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if end > start:
+            total += end - start
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
 def union_seconds(intervals: list[tuple[float, float]]) -> float:
     """The length of the union of ``intervals`` (overlapping collectives counted once)."""
-    total, reach = 0.0, None
-    for start, end in sorted(intervals):
-        if reach is None or start > reach:
-            total += end - start
-            reach = end
-        elif end > reach:
-            total += end - reach
-            reach = end
-    return total
+    return length(merged(intervals))
 
 
 _recorder: _Recorder | None = None
@@ -430,9 +513,18 @@ def _attach(torch: Any) -> None:
     recorder = _recorder
     if recorder is None:
         return
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    try:  # never at the cost of the job's own `import torch`
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
 
-    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.automatic(optimizer))
+        register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: recorder.stepping())
+        register_optimizer_step_post_hook(
+            lambda optimizer, args, kwargs: recorder.automatic(optimizer)
+        )
+    except Exception as exc:  # torch before 2.0: mark steps with gpulots.step()
+        recorder.window["hook_error"] = f"no automatic step marks: {type(exc).__name__}: {exc}"
 
 
 class _WhenTorchLoads(importlib.abc.MetaPathFinder):
@@ -465,8 +557,13 @@ def _autostart() -> None:
     if not folder or _recorder is not None:
         return
     rank = os.environ.get("RANK")
+    owner = os.environ.get("GPULOTS_OWNER_PID")
+    if owner and owner != str(os.getpid()):
+        return  # a child of a rank (a data-loader worker, a compiler): not a rank itself
     if rank is None and os.environ.get("GPULOTS_LAUNCHER") != "none":
         return
+    if rank is not None:
+        os.environ["GPULOTS_OWNER_PID"] = str(os.getpid())
     _recorder = _Recorder(folder, int(rank or 0), implicit=rank is None)
     recorder = _recorder
     previous = sys.excepthook
@@ -537,6 +634,12 @@ def launch(command: list[str], nproc: int, launcher: str) -> list[str]:
     if launcher == "none":
         return command
     program = os.path.basename(command[0])
+    module = command[2] if command[1:2] == ["-m"] and len(command) > 2 else ""
+    if program in LAUNCHERS or module in ("torch.distributed.run", "torch.distributed.launch"):
+        raise UsageError(
+            f"{program if program in LAUNCHERS else module} launches the processes itself: "
+            "use --launcher none, with {nproc} where it takes the number of processes"
+        )
     torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
     if re.fullmatch(r"python[0-9.]*", program):
         rest = command[1:]
@@ -653,14 +756,12 @@ def run_once(
     os.makedirs(folder, exist_ok=True)
     shown = ",".join(cards[:world])
     environment = dict(os.environ)
-    environment.pop("ROCR_VISIBLE_DEVICES", None)
-    tool_dir = os.path.dirname(os.path.abspath(__file__))
-    path = [hooks, tool_dir, environment.get("PYTHONPATH", "")]
+    # The account's device order and ROCR list stay as they are: the cards are its indices.
+    path = [hooks, environment.get("PYTHONPATH", "")]
     environment.update(
         {
             "CUDA_VISIBLE_DEVICES": shown,
             "HIP_VISIBLE_DEVICES": shown,
-            "CUDA_DEVICE_ORDER": environment.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
             "OMP_NUM_THREADS": threads,
             "PYTHONPATH": os.pathsep.join(p for p in path if p),
             "GPULOTS_SPLIT_DIR": folder,
@@ -705,15 +806,16 @@ def run_once(
             start_new_session=True,  # its own process group: torchrun and every worker
         )
         while process.poll() is None:
-            if all_written(folder, world):
+            if all_done(folder, world):
                 ended_by_us = True  # every process made its steps: the rest is not measured
                 break
             if time.monotonic() - started > args.timeout:
                 timed_out = True
                 break
             time.sleep(0.1)
-        if process.poll() is None:
-            stop_group(process)
+        # Always: what torchrun left behind goes too, and the next run starts only once
+        # nothing of this one holds a card.
+        stop_group(process)
     run["seconds"] = round(time.monotonic() - started, 2)
     run["exit_code"] = None if ended_by_us or timed_out else process.returncode
     ranks = read_ranks(folder)
@@ -722,21 +824,52 @@ def run_once(
     return summarise(run, ranks, world, steps, tail, timed_out=timed_out, args=args)
 
 
-def all_written(folder: str, world: int) -> bool:
-    return all(os.path.exists(os.path.join(folder, f"rank-{r}.json")) for r in range(world))
+def all_done(folder: str, world: int) -> bool:
+    """Every process wrote that it made its steps (a failure lets torchrun end the run,
+    so that its traceback and exit status reach the log)."""
+    for rank in range(world):
+        try:
+            with open(os.path.join(folder, f"rank-{rank}.json")) as handle:
+                if json.load(handle).get("status") != "done":
+                    return False
+        except (OSError, ValueError):
+            return False
+    return True
 
 
-def stop_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
+def group_alive(group: int) -> bool:
+    """Whether a process of process group ``group`` still runs (Linux: /proc)."""
     try:
+        names = os.listdir("/proc")
+    except OSError:
+        return False
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(group) and fields[0] != "Z":
+            return True
+    return False
+
+
+def stop_group(process: subprocess.Popen[bytes], patience: float = 30) -> None:
+    """End the run's process group (torchrun and its workers): TERM, then KILL; then wait,
+    bounded, until none of it is left (a killed worker may hold its card a moment)."""
+    group = process.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    with contextlib.suppress(ProcessLookupError):  # a worker torchrun left behind
-        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    process.wait()
+    until = time.monotonic() + patience
+    while group_alive(group) and time.monotonic() < until:
+        time.sleep(0.1)
 
 
 def read_ranks(folder: str) -> list[dict[str, Any]]:
@@ -829,17 +962,18 @@ def summarise(
     if world > 1:
         collective = [r.get("collective_ms") for r in done]
         compute = [r.get("compute_ms") for r in done]
-        if all(isinstance(c, (int, float)) for c in collective) and any(
+        if all(isinstance(c, (int, float)) for c in collective) and all(
             r.get("collectives_seen") for r in done
         ):
-            # The faster card waits in the collective for the slower one: the shorter time
-            # is the exchange itself, the difference the imbalance.
+            # The faster card waits in the collective for the slower one: the shorter exposed
+            # time is the exchange itself, the difference the imbalance.
             share = min(r["collective_share"] for r in done)
             exchange = round(share * median, 3) if median else None
             run.update(
                 exchange_ms=exchange,
                 exchange_share=share,
                 collective_ms=collective,
+                collective_busy_ms=[r.get("collective_busy_ms") for r in done],
                 compute_ms=compute,
                 compute_imbalance=round(max(compute) / min(compute), 3)  # type: ignore[type-var,operator]
                 if min(compute) > 0  # type: ignore[type-var,operator]
@@ -1019,6 +1153,7 @@ def split_test(args: argparse.Namespace) -> int:
         raise UsageError(f"--hypothesis: one of {', '.join(HYPOTHESES)}")
     args.precision = args.precision or order.get("precision") or ""
     plan = Plan(args)
+    launch(args.command, 1, args.launcher)  # a command refused before anything runs
     cards = account_cards(args.cards)
     threads = os.environ.get("OMP_NUM_THREADS") or "1"
     os.makedirs(args.logs, exist_ok=True)
@@ -1055,6 +1190,8 @@ def split_test(args: argparse.Namespace) -> int:
         os.makedirs(hooks)
         with open(os.path.join(hooks, "sitecustomize.py"), "w") as handle:
             handle.write(SITECUSTOMIZE)
+        # Only the hooks on the job's path (not the folder this file lies in).
+        shutil.copyfile(os.path.abspath(__file__), os.path.join(hooks, "gpulots.py"))
         for name, world in (("one_card", 1), ("two_cards", 2)):
             section = {"status": "running", "seconds": 0.0, "error": ""}
             report["sections"][name] = section

@@ -145,6 +145,39 @@ def test_split_test_uses_the_researchers_own_step_marks(tmp_path: Path) -> None:
         assert report["split"][name]["steps_measured"] == 4
 
 
+def test_split_test_marks_a_step_within_a_step_once(tmp_path: Path) -> None:
+    trace = tmp_path / "iterations"
+    code, report, done = split_test(
+        tmp_path,
+        "--global-batch",
+        "16",
+        *SHORT,
+        env={"SPLIT_JOB_NESTED_STEP": "1", "SPLIT_JOB_TRACE": str(trace)},
+    )
+
+    assert code == 0, done.stderr
+    needed = 2 + 4 + (2 + 1)  # warm-up, timed, the profiler's warm-up and its steps
+    for world in (1, 2):
+        for rank in range(world):
+            # Marked twice an iteration, the run would have been ended halfway.
+            assert int(Path(f"{trace}.{world}.{rank}").read_text()) >= needed
+    assert report["split"]["two_cards"]["steps_measured"] == 4
+
+
+def test_split_test_refuses_a_command_that_launches_itself(tmp_path: Path) -> None:
+    code, report, done = split_test(
+        tmp_path,
+        "--global-batch",
+        "16",
+        launch=[sys.executable, "-m", "torch.distributed.run", "--standalone"],
+    )
+
+    assert code == 2
+    assert "torch.distributed.run launches the processes itself" in done.stderr
+    assert "--launcher none" in done.stderr
+    assert report == {}
+
+
 def test_split_test_runs_a_hugging_face_trainer_job(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     code, report, done = split_test(
@@ -316,8 +349,18 @@ class _Span:
 
 
 class _Event:
-    def __init__(self, name: str, device: str, start: float, end: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        device: str,
+        start: float,
+        end: float,
+        *,
+        note: bool = False,
+        thread: int = 1,
+    ) -> None:
         self.name, self.device_type, self.time_range = name, device, _Span(start, end)
+        self.is_user_annotation, self.thread = note, thread
 
 
 class _Profile:
@@ -356,8 +399,9 @@ def test_split_test_counts_nccl_kernels_on_the_card_once_and_nothing_else(
                 _Event("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...)", "DeviceType.CUDA", 0, 3000),
                 _Event("ncclDevKernel_AllGather_RING_LL(...)", "DeviceType.CUDA", 2000, 4000),
                 _Event("nccl:all_reduce", "DeviceType.CPU", 0, 9000),
-                _Event("ampere_bf16_s16816gemm_bf16_128x128", "DeviceType.CUDA", 4000, 9000),
-                _Event("aten::mm", "DeviceType.CPU", 4000, 9000),
+                _Event("nccl:all_reduce", "DeviceType.CUDA", 0, 9000, note=True),
+                _Event("ampere_bf16_s16816gemm_bf16_128x128", "DeviceType.CUDA", 3000, 9000),
+                _Event("aten::mm", "DeviceType.CPU", 3000, 9000),
             ]
         )
     )
@@ -365,6 +409,9 @@ def test_split_test_counts_nccl_kernels_on_the_card_once_and_nothing_else(
     assert found.window["source"] == "profiler: NCCL/RCCL kernels"
     assert found.window["collectives"] == 2
     assert found.window["collective_seconds"] == pytest.approx(0.004)
+    # 1 ms of it under the matrix product: hidden, not exposed.
+    assert found.window["exposed_seconds"] == pytest.approx(0.003)
+    assert found.window["compute_seconds"] == pytest.approx(0.006)
     assert found.window["step_seconds"] == pytest.approx(0.020)
 
 
@@ -375,12 +422,17 @@ def test_split_test_counts_gloo_operations_on_a_cpu(
     found._trace_ready(
         _Profile(
             [
-                _Event("gloo:all_reduce", "DeviceType.CPU", 0, 1500),
-                _Event("gloo:all_reduce", "DeviceType.CPU", 5000, 6000),
-                _Event("c10d::allreduce_", "DeviceType.CPU", 0, 100),
+                _Event("gloo:all_reduce", "DeviceType.CPU", 0, 1500, note=True, thread=7),
+                _Event("gloo:all_reduce", "DeviceType.CPU", 5000, 6000, note=True, thread=7),
+                _Event("ProfilerStep#3", "DeviceType.CPU", 0, 10000),
+                _Event("aten::addmm", "DeviceType.CPU", 0, 1000),
+                _Event("c10d::allreduce_", "DeviceType.CPU", 1000, 1100),
             ]
         )
     )
 
     assert found.window["source"] == "profiler: gloo operations"
     assert found.window["collective_seconds"] == pytest.approx(0.0025)
+    # gloo works on its own thread: the job's thread's ops are the compute it may hide under.
+    assert found.window["compute_seconds"] == pytest.approx(0.0011)
+    assert found.window["exposed_seconds"] == pytest.approx(0.0014)
