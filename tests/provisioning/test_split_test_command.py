@@ -134,6 +134,21 @@ def test_split_test_leaves_the_launching_to_a_command_that_does_its_own(tmp_path
     assert two["per_rank_batch"] == 8
 
 
+def test_split_test_finds_the_ranks_of_a_job_that_spawns_its_own_processes(
+    tmp_path: Path,
+) -> None:
+    code, report, done = split_test(
+        tmp_path, "--launcher", "none", "--global-batch", "16", *SHORT, job="spawn_job.py"
+    )
+
+    assert code == 0, done.stderr + (tmp_path / "split-test-two_cards.log").read_text()[-2000:]
+    two = report["split"]["two_cards"]
+    # No RANK in their environment: each is known by its rank in the process group.
+    assert [r["rank"] for r in two["per_rank"]] == [0, 1]
+    assert two["status"] == "ok"
+    assert two["backend"] == "gloo"
+
+
 def test_split_test_uses_the_researchers_own_step_marks(tmp_path: Path) -> None:
     code, report, done = split_test(
         tmp_path, "--global-batch", "16", *SHORT, env={"SPLIT_JOB_MARK": "step"}
