@@ -1280,6 +1280,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.command = command
     if args.warmup < 1 or args.steps < 1 or args.profile_steps < 0 or args.timeout <= 0:
         split.error("--warmup and --steps at least 1, --profile-steps at least 0")
+    for name, value in (
+        ("--global-batch", args.global_batch),
+        ("--per-card-batch", args.per_card_batch),
+    ):
+        if value is not None and value < 1:
+            split.error(f"{name}: at least 1 sample")
     return args
 
 

@@ -330,6 +330,8 @@ def test_split_test_says_when_the_command_makes_too_few_steps(tmp_path: Path) ->
         (("--hypothesis", "shorter_step", "--per-card-batch", "8"), "same global batch"),
         (("--hypothesis", "bigger_batch", "--global-batch", "8"), "same batch per card"),
         (("--global-batch", "7"), "an even number"),
+        (("--global-batch", "-4"), "--global-batch: at least 1 sample"),
+        (("--hypothesis", "bigger_batch", "--per-card-batch", "0"), "at least 1 sample"),
     ],
 )
 def test_split_test_refuses_an_unclear_batch_before_running(
