@@ -446,6 +446,11 @@ def release_access(job: ProvisioningJob, *, actor: Actor) -> bool:
     return bool(released)
 
 
+def api_root() -> str:
+    """The REST API's base URL, as a client outside this site reaches it."""
+    return f"{settings.SITE_URL}/api/v1"
+
+
 def tool_order(job: ProvisioningJob) -> str:
     """What ``gpulots split-test`` reads in the account (~/.gpulots/order.json): the order
     to attach its report to, this lot's job, the hypothesis booked, where the API is. No
@@ -458,7 +463,7 @@ def tool_order(job: ProvisioningJob) -> str:
         "hypothesis": order.hypothesis,
         "precision": order.model_precision or None,
         "workload": order.model_workload or None,
-        "api": f"{settings.SITE_URL}/api/v1",
+        "api": api_root(),
     }
     return json.dumps(facts, indent=1) + "\n"
 

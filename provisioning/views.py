@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
@@ -13,6 +12,7 @@ from django.shortcuts import get_object_or_404, render
 from provisioning import report as v2
 from provisioning.backends import TOOL
 from provisioning.models import ProvisioningJob, SplitTest
+from provisioning.services import api_root
 from provisioning.templatetags.provisioning import live_context
 from reservations.models import Order
 from reservations.views import order_by_link
@@ -63,7 +63,7 @@ def report(request: HttpRequest, reference: str, secret: str, job_id: int) -> Ht
             "order": order,
             "job": job,
             "report": data,
-            "api_url": f"{settings.SITE_URL}/api/v1",
+            "api_url": api_root(),
             **v2.context(order, data),
             **v2.split_test_context(split_test),
         }

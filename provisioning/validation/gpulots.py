@@ -152,22 +152,29 @@ class _Recorder:
     def _torch(self) -> Any:
         return sys.modules.get("torch")
 
-    def _capturing(self) -> bool:
-        """Inside a CUDA graph capture: no synchronisation, no mark (a replay is no step
-        PyTorch's hooks see)."""
+    def _cuda(self) -> Any:
+        """torch, once this process uses CUDA (never initialising it); else None."""
         torch = self._torch()
         with contextlib.suppress(Exception):
             if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+                return torch
+        return None
+
+    def _capturing(self) -> bool:
+        """Inside a CUDA graph capture: no synchronisation, no mark (a replay is no step
+        PyTorch's hooks see)."""
+        torch = self._cuda()
+        with contextlib.suppress(Exception):
+            if torch is not None:
                 return bool(torch.cuda.is_current_stream_capturing())
         return False
 
     def _sync(self) -> None:
-        torch = self._torch()
+        torch = self._cuda()
         if torch is None or self._capturing():
             return
         with contextlib.suppress(Exception):
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                torch.cuda.synchronize(self._device_index(torch))
+            torch.cuda.synchronize(self._device_index(torch))
 
     def _device_index(self, torch: Any) -> int:
         count = torch.cuda.device_count()
@@ -226,12 +233,11 @@ class _Recorder:
     def _start_profiler(self) -> None:
         """torch.profiler over the next 1 + ``profiled`` steps: the first is its warm-up
         (its start-up cost stays out of the figures), the others are recorded."""
-        torch = self._torch()
         try:
             from torch.profiler import ProfilerActivity, profile, schedule
 
             activities = [ProfilerActivity.CPU]
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if self._cuda() is not None:
                 activities.append(ProfilerActivity.CUDA)
             self.profiler = profile(
                 activities=activities,
@@ -304,22 +310,21 @@ class _Recorder:
     # -- the result
 
     def memory(self) -> dict[str, Any]:
-        torch = self._torch()
+        torch = self._cuda()
         if torch is not None:
             with contextlib.suppress(Exception):
-                if torch.cuda.is_available() and torch.cuda.is_initialized():
-                    index = self._device_index(torch)
-                    free, total = torch.cuda.mem_get_info(index)
-                    return {
-                        # the card's used memory when the run ends: the CUDA context, NCCL's
-                        # buffers and the allocator's cache too (max_memory_allocated's not)
-                        "device_used_gib": round((total - free) / GIB, 3),
-                        "device": f"cuda:{index}",
-                        "card_name": torch.cuda.get_device_name(index),
-                        "peak_memory_gib": round(torch.cuda.max_memory_allocated(index) / GIB, 3),
-                        "peak_reserved_gib": round(torch.cuda.max_memory_reserved(index) / GIB, 3),
-                        "memory_source": "torch.cuda.max_memory_allocated",
-                    }
+                index = self._device_index(torch)
+                free, total = torch.cuda.mem_get_info(index)
+                return {
+                    # the card's used memory when the run ends: the CUDA context, NCCL's
+                    # buffers and the allocator's cache too (max_memory_allocated's not)
+                    "device_used_gib": round((total - free) / GIB, 3),
+                    "device": f"cuda:{index}",
+                    "card_name": torch.cuda.get_device_name(index),
+                    "peak_memory_gib": round(torch.cuda.max_memory_allocated(index) / GIB, 3),
+                    "peak_reserved_gib": round(torch.cuda.max_memory_reserved(index) / GIB, 3),
+                    "memory_source": "torch.cuda.max_memory_allocated",
+                }
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
         return {
             "device": "cpu",
@@ -340,7 +345,7 @@ class _Recorder:
             "marked_by": self.marked_by,
             "median_step_ms": round(statistics.median(timed) * 1000, 3) if timed else None,
             "torch": getattr(torch, "__version__", None),
-            "backend": _backend(torch),
+            "backend": _backend(),
             **self.memory(),
         }
         window = self.window
@@ -381,12 +386,9 @@ class _Recorder:
         if not self.ends and status != "oom" and self.error is None:
             return  # a process of the launcher, or a data-loader worker: nothing to say
         self.written = True
-        if self.implicit:  # --launcher none: the rank its process group gives it, if any
-            with contextlib.suppress(Exception):
-                import torch.distributed as dist
-
-                if dist.is_available() and dist.is_initialized():
-                    self.rank, self.implicit = dist.get_rank(), False
+        group = _process_group() if self.implicit else None
+        if group is not None:  # --launcher none: the rank its process group gives it
+            self.rank, self.implicit = group.get_rank(), False
         path = os.path.join(self.folder, f"rank-{self.rank}.json")
         if self.implicit and os.path.exists(path):
             return
@@ -399,15 +401,18 @@ class _Recorder:
             sys.stderr.flush()
 
 
-def _backend(torch: Any) -> str | None:
-    if torch is None:
-        return None
+def _process_group() -> Any:
+    """torch.distributed once this process initialised it; else None (never imports it)."""
+    dist = sys.modules.get("torch.distributed")
     with contextlib.suppress(Exception):
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return str(dist.get_backend())
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist
     return None
+
+
+def _backend() -> str | None:
+    group = _process_group()
+    return None if group is None else str(group.get_backend())
 
 
 def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -438,11 +443,6 @@ def overlap_seconds(a: list[tuple[float, float]], b: list[tuple[float, float]]) 
         else:
             j += 1
     return total
-
-
-def union_seconds(intervals: list[tuple[float, float]]) -> float:
-    """The length of the union of ``intervals`` (overlapping collectives counted once)."""
-    return length(merged(intervals))
 
 
 _recorder: _Recorder | None = None

@@ -33,6 +33,16 @@ def backend(tmp_path: Path) -> LocalBackend:
     return LocalBackend(tmp_path / "hosts")
 
 
+def delivered(order: Order, backend: LocalBackend) -> tuple[ProvisioningJob, Path]:
+    """``order`` approved and its lot delivered by ``backend``: its job and the account's
+    home."""
+    services.approve_order(order, actor=OPERATOR)
+    job = run_at_start(ProvisioningJob.objects.get(order=order).pk, backend)
+    assert job.status == ProvisioningJob.Status.READY, job.error
+    (account,) = job.accounts
+    return job, backend.root / job.lot.host.name / "home" / account
+
+
 def in_account(home: Path, script: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """``script`` in a login of the account: its HOME, its ~/.gpulots-env."""
     environment = {
@@ -54,17 +64,9 @@ def test_split_test_is_installed_in_the_delivered_account_and_runs_there(
     make_request: RequestFactory,
     backend: LocalBackend,
     eager_tasks: None,
-    django_capture_on_commit_callbacks: Any,
 ) -> None:
     order = paid_order(make_request, hypothesis="bigger_batch")
-    with django_capture_on_commit_callbacks():
-        services.approve_order(order, actor=OPERATOR)
-    job = ProvisioningJob.objects.get(order=order)
-    with django_capture_on_commit_callbacks(execute=True):
-        job = run_at_start(job.pk, backend)
-    assert job.status == ProvisioningJob.Status.READY, job.error
-    (account,) = job.accounts
-    home = backend.root / job.lot.host.name / "home" / account
+    job, home = delivered(order, backend)
     facts = json.loads((home / ".gpulots" / "order.json").read_text())
     assert facts == {
         "reference": order.reference,
@@ -128,10 +130,7 @@ def test_split_test_uploads_its_report_from_the_account_to_the_orders_report_pag
     researcher's token → the API → the lot's report page, in the order's link."""
     order = paid_order(make_request, hypothesis="shorter_step")
     Order.objects.filter(pk=order.pk).update(user=ada[0])
-    services.approve_order(order, actor=OPERATOR)
-    job = run_at_start(ProvisioningJob.objects.get(order=order).pk, backend)
-    assert job.status == ProvisioningJob.Status.READY, job.error
-    home = backend.root / job.lot.host.name / "home" / job.accounts[0]
+    job, home = delivered(order, backend)
 
     run = in_account(
         home,
