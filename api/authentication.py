@@ -9,9 +9,18 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from accounts.models import User
 from api.models import ApiToken, hash_token
+from config.prepared import columns, execute_prepared, instance
 
 LAST_USED_EVERY = timedelta(minutes=1)
+
+# Every API request looks its token up: prepared once per connection (config.prepared).
+TOKEN_SQL = (
+    f"SELECT {columns(ApiToken, 't')}, {columns(User, 'u')} "  # noqa: S608
+    f"FROM {ApiToken._meta.db_table} t JOIN {User._meta.db_table} u ON u.id = t.user_id "
+    "WHERE t.key_hash = %(hash)s AND t.revoked_at IS NULL AND u.is_active"
+)
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -26,17 +35,14 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "Use: Authorization: Bearer <token>.", code="invalid_token"
             )
-        record = (
-            ApiToken.objects.select_related("user")
-            .filter(
-                key_hash=hash_token(token.strip()), revoked_at__isnull=True, user__is_active=True
-            )
-            .first()
-        )
-        if record is None:
+        row = execute_prepared(TOKEN_SQL, {"hash": hash_token(token.strip())})
+        if row is None:
             raise exceptions.AuthenticationFailed(
                 "This token is unknown or revoked.", code="invalid_token"
             )
+        width = len(ApiToken._meta.concrete_fields)
+        record = instance(ApiToken, row[:width])
+        record.user = instance(User, row[width:])
         now = timezone.now()
         if record.last_used_at is None or now - record.last_used_at > LAST_USED_EVERY:
             ApiToken.objects.filter(pk=record.pk).update(last_used_at=now)

@@ -10,10 +10,11 @@ import hashlib
 import json
 from typing import Any
 
+from django.core.cache import cache
 from django.core.exceptions import RequestDataTooBig
 from django.db import connection, models, transaction
 from django.db.models import Prefetch
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -47,6 +48,9 @@ from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
 from reservations.models import Checkpoint, Environment, HardwareKind, Order, Price
 from reservations.validation import OrderRequest
+
+ORDER_SECONDS = 60
+"""How long an order's answer is kept under its exact state (any change is a new key)."""
 
 ERROR = inline_serializer(
     "Error",
@@ -266,7 +270,19 @@ class OrderView(APIView):
         summary="One of your orders",
     )
     def get(self, request: Request, reference: str) -> Response:
-        return Response(s.OrderSerializer(_own_order(request, reference)).data)
+        # What it answers is the database's state only (no clock): kept under the exact state
+        # of the rows it reads (reservations.order_page), so never older than them.
+        from reservations.order_page import owned
+
+        found = owned(reference, _user(request).pk)
+        if found is None:
+            raise Http404
+        key = "api:order:v1:{}:{}".format(*found)
+        data = cache.get(key)
+        if data is None:
+            data = dict(s.OrderSerializer(_own_order(request, reference)).data)
+            cache.set(key, data, ORDER_SECONDS)
+        return Response(data)
 
 
 class CheckpointOutcomeView(APIView):

@@ -5,6 +5,9 @@ starts it.
 windows that never collide; then 16 clients send the same order with the same key at the
 same moment. One JSON line: orders per second, p50/p95 latency, and what the retried key
 booked (it must be one order; zero overbooked lots). Exits non-zero otherwise.
+
+``--profile`` places orders in this process instead (Django's test client, no server) and
+prints the SQL statements of one and a cProfile of 30.
 """
 
 from __future__ import annotations
@@ -12,12 +15,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from datetime import timedelta
 from typing import Any
 
-from benchdb import NO_UNPAID_LIMITS, SSH_KEY, fresh_database, percentile, running_stack
+from benchdb import (
+    NO_UNPAID_LIMITS,
+    SSH_KEY,
+    fresh_database,
+    percentile,
+    profile_calls,
+    running_stack,
+)
 from booking_race import INTEGRITY_SQL
 
 DATABASE = "gpulots_bench_api"
@@ -103,12 +114,40 @@ async def run(
     return latencies, statuses, time.perf_counter() - started
 
 
+def profile_placing(token: str, base: Any, lots: int) -> None:
+    """``--profile``: ``POST /api/v1/orders/`` in this process (Django's test client), each
+    call a new order on its own window and Idempotency-Key."""
+    from django.test import Client
+
+    browser = Client(HTTP_HOST="localhost", HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    def place(number: int) -> None:
+        response = browser.post(
+            "/api/v1/orders/",
+            json.dumps(order(window_start(base, number, lots))),
+            content_type="application/json",
+            headers={"Idempotency-Key": f"profile-{number}"},
+            secure=True,
+        )
+        if response.status_code != 201:
+            raise RuntimeError(f"{response.status_code}: {response.content[:300]!r}")
+
+    profile_calls({"POST /api/v1/orders/": place}, repeat=30, unit="request")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--orders", type=int, default=20, help="per client")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile placing orders in-process instead"
+    )
     args = parser.parse_args()
 
+    # One client places every order: the throttles and the unpaid limits are out of reach
+    # (for the server started below and for this process under --profile).
+    throttles = {"API_THROTTLE_TOKEN": "1000000/minute", "API_THROTTLE_ADDRESS": "1000000/minute"}
+    os.environ.update(throttles, **NO_UNPAID_LIMITS)
     fresh_database(DATABASE)
     from django.db import connection, connections
     from django.utils import timezone
@@ -126,10 +165,11 @@ def main() -> int:
     Lot.objects.bulk_create(Lot(host=host, gpu_a=2 * i, gpu_b=2 * i + 1) for i in range(lots))
     _record, token = ApiToken.issue(User.objects.create_user("bench@example.org"), "bench")
     base = timezone.now() + timedelta(days=1)
+    if args.profile:
+        profile_placing(token, base, lots)
+        return 0
     connections.close_all()
 
-    # One client places every order: the throttles and the unpaid limits are out of reach.
-    throttles = {"API_THROTTLE_TOKEN": "1000000/minute", "API_THROTTLE_ADDRESS": "1000000/minute"}
     with running_stack(DATABASE, **throttles, **NO_UNPAID_LIMITS) as port:
         # Client c, order i: window 4 days apart per round, one lot each: never colliding.
         per_client = {

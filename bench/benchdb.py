@@ -151,16 +151,20 @@ async def client(
     paths: list[str],
     latencies: list[float],
     *,
+    warmup: int = 0,
+    window: list[float] | None = None,
     cookie: str = "",
     headers: dict[str, str] | None = None,
 ) -> None:
     """One keep-alive connection asking for ``paths`` in turn (with ``cookie`` and
-    ``headers``, if any)."""
+    ``headers``, if any); the latency of each after the first ``warmup`` is recorded, and
+    ``window`` widened to the first measured start and the last measured end."""
+    window = window if window is not None else [float("inf"), 0.0]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     extra = f"Cookie: {cookie}\r\n" if cookie else ""
     extra += "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     try:
-        for path in paths:
+        for number, path in enumerate(paths):
             started = time.perf_counter()
             writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode())
             await writer.drain()
@@ -171,7 +175,11 @@ async def client(
                 if name.lower() == "content-length":
                     length = int(value)
             await reader.readexactly(length)
-            latencies.append((time.perf_counter() - started) * 1000)
+            if number >= warmup:
+                ended = time.perf_counter()
+                latencies.append((ended - started) * 1000)
+                window[0] = min(window[0], started)
+                window[1] = max(window[1], ended)
             if not status.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(f"{path}: {status!r}")
     finally:
@@ -179,22 +187,34 @@ async def client(
 
 
 async def drive(
-    port: int, paths: list[list[str]], *, cookie: str = "", headers: dict[str, str] | None = None
+    port: int,
+    paths: list[list[str]],
+    *,
+    warmup: int = 3,
+    cookie: str = "",
+    headers: dict[str, str] | None = None,
 ) -> dict[str, float]:
-    """One client per list of paths, all at once; latency of every request."""
-    await asyncio.gather(  # warm-up
-        *(client(port, mine[:3], [], cookie=cookie, headers=headers) for mine in paths)
-    )
+    """One client per list of paths, all at once, each on its own keep-alive connection;
+    latency of every request after each client's first ``warmup`` (on the same connection:
+    the server's processes have each rendered the page once, as in steady use, and the
+    clients stay spread over them as they are when measured)."""
     latencies: list[float] = []
-    started = time.perf_counter()
+    window = [float("inf"), 0.0]
     await asyncio.gather(
-        *(client(port, mine, latencies, cookie=cookie, headers=headers) for mine in paths)
+        *(
+            client(
+                port, mine, latencies, warmup=warmup, window=window, cookie=cookie, headers=headers
+            )
+            for mine in paths
+        )
     )
-    seconds = time.perf_counter() - started
     return {
-        "rps": round(len(latencies) / seconds, 1),
+        # Measured requests over the time from the first measured one's start to the last's
+        # end (clients still warming up share it): a lower bound of the rate.
+        "rps": round(len(latencies) / (window[1] - window[0]), 1),
         "p50_ms": round(percentile(latencies, 0.50), 2),
         "p95_ms": round(percentile(latencies, 0.95), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2),
         "requests": len(latencies),
     }
 
@@ -233,11 +253,6 @@ def profile_paths(
 def _profile_each(
     paths: dict[str, Any], *, repeat: int, cookie: str, headers: dict[str, str]
 ) -> None:
-    import cProfile
-    import io
-    import pstats
-
-    from django.db import connection
     from django.test import Client
 
     meta: dict[str, Any] = {"HTTP_HOST": "localhost"}
@@ -246,10 +261,33 @@ def _profile_each(
     if cookie:
         name, _, value = cookie.partition("=")
         browser.cookies[name] = value
+    calls = {}
     for page, path_of in paths.items():
         path_at = path_of if callable(path_of) else lambda _number, path=path_of: path
-        browser.get(path_at(0), secure=True)  # warm: templates compiled, caches filled
-        path = path_at(1)
+
+        def ask(number: int, path_at: Any = path_at) -> None:
+            path = path_at(number)
+            response = browser.get(path, secure=True)
+            if response.status_code != 200:
+                raise RuntimeError(f"{path}: {response.status_code}")
+
+        calls[f"{page}: {path_at(1)}"] = ask
+    profile_calls(calls, repeat=repeat, unit="request")
+
+
+def profile_calls(calls: dict[str, Any], *, repeat: int = 30, unit: str = "call") -> None:
+    """``--profile``: each of ``calls`` (a function of the call's number, which may make
+    each call new) once to warm up, once with its SQL statements recorded, then ``repeat``
+    times under cProfile; per call its statements, the time per call and the functions
+    with the most time (the project's own first), on standard error."""
+    import cProfile
+    import io
+    import pstats
+
+    from django.db import connection
+
+    for name, call in calls.items():
+        call(0)  # warm: templates compiled, caches filled, statements prepared
         statements: list[str] = []
 
         def record(execute: Any, sql: str, *args: Any, seen: list[str] = statements) -> Any:
@@ -257,24 +295,22 @@ def _profile_each(
             return execute(sql, *args)
 
         with connection.execute_wrapper(record):
-            response = browser.get(path, secure=True)
-        if response.status_code != 200:
-            raise RuntimeError(f"{path}: {response.status_code}")
+            call(1)
         profiler = cProfile.Profile()
         started = time.perf_counter()
         profiler.enable()
         for number in range(repeat):
-            browser.get(path_at(2 + number), secure=True)
+            call(2 + number)
         profiler.disable()
-        per_request = (time.perf_counter() - started) * 1000 / repeat
+        per_call = (time.perf_counter() - started) * 1000 / repeat
         out = io.StringIO()
         # The project's own functions first (by cumulative time), then everything by own time.
         stats = pstats.Stats(profiler, stream=out)
         stats.sort_stats("cumulative").print_stats(OWN_CODE, 30)
         stats.sort_stats("tottime").print_stats(15)
         print(
-            f"== {page}: {path}\n{len(statements)} SQL statements, {per_request:.2f} ms a "
-            "request in-process (under the profiler)\n"
+            f"== {name}\n{len(statements)} SQL statements, {per_call:.2f} ms a {unit} "
+            "in-process (under the profiler)\n"
             + "\n".join(f"  {sql[:200]}" for sql in statements)
             + "\n"
             + out.getvalue(),

@@ -3,6 +3,9 @@
 Every client is a separate process that calls ``place_order`` at the same instant (a
 barrier) for overlapping windows. Prints one JSON line; exits non-zero when any lot was
 overbooked, any order was left half-made, or the number of successes differs from capacity.
+
+``--profile`` places and refuses orders one after another in this process instead and
+prints the SQL statements of each and a cProfile of 30.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from benchdb import fresh_database, h200_request
+from benchdb import fresh_database, h200_request, profile_calls
 
 
 def client(index: int, args: argparse.Namespace, base: float, barrier: Any, results: Any) -> None:
@@ -58,6 +61,34 @@ INTEGRITY_SQL = {
 }
 
 
+def profile_outcomes(args: argparse.Namespace, base: float) -> None:
+    """``--profile``: ``place_order`` as the racers call it, one after another in this
+    process: placed (on the windows after the contested one, while they have room) and
+    refused (the contested window, once every lot in it is taken: what most racers get)."""
+    from datetime import UTC, datetime
+
+    from reservations.errors import LotUnavailable
+    from reservations.services import place_order
+
+    contested = datetime.fromtimestamp(base, tz=UTC)
+    for _lot in range(args.capacity):
+        place_order(h200_request(contested, lot_count=args.lots_per_order, window_days=7))
+
+    def placed(number: int) -> None:
+        # The next windows after the contested one, each taking as many orders as lots.
+        starts_at = contested + timedelta(days=8 * (1 + number // args.capacity))
+        place_order(h200_request(starts_at, lot_count=args.lots_per_order, window_days=7))
+
+    def refused(number: int) -> None:
+        try:
+            place_order(h200_request(contested, lot_count=args.lots_per_order, window_days=7))
+        except LotUnavailable:
+            return
+        raise RuntimeError("a full window took another order")
+
+    profile_calls({"placed": placed, "refused": refused}, repeat=30, unit="placement")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=64)
@@ -67,6 +98,11 @@ def main() -> int:
         "--drop-constraint",
         action="store_true",
         help="drop the exclusion constraint first, to see what the row locks alone keep out",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile the race's two outcomes (placed, refused) in one process instead",
     )
     args = parser.parse_args()
 
@@ -87,6 +123,9 @@ def main() -> int:
     for i in range(args.capacity * args.lots_per_order):
         Lot.objects.create(host=host, gpu_a=2 * i, gpu_b=2 * i + 1)
     base = (timezone.now() + timedelta(days=3)).timestamp()
+    if args.profile:
+        profile_outcomes(args, base)
+        return 0
     connections.close_all()
 
     context = mp.get_context("fork")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
@@ -127,13 +126,9 @@ def billing(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
     order = order_by_link(reference, secret)
     form = BillingForm(request.POST)
     if not form.is_valid():  # the order page again, the errors at their fields
-        context = {
-            "order": order,
-            "ssh_keys": order.ssh_keys.all(),
-            "now": timezone.now(),
-            "billing_form": form,
-        }
-        return render(request, "reservations/order_detail.html", context, status=400)
+        from reservations.order_page import order_page
+
+        return order_page(request, order, status=400, billing_form=form)
     receipts.save_billing(order, **form.cleaned_data)
     messages.success(request, _("Your billing details are saved."))
     return redirect(order_url(order) + "#receipt")

@@ -22,10 +22,10 @@ from decimal import Decimal
 from functools import cache
 from typing import Any
 
-import psycopg
 from django.db import connection
 from django.db.models import Field, Model
 
+from config.prepared import execute_prepared
 from reservations.models import Hold, Lot, Order, OrderEvent, OrderSshKey
 
 CATALOGUE_SQL = """
@@ -178,20 +178,5 @@ def insert_order(
         )
     )
     sql = "WITH " + ",\n".join(cte for cte, _params in ctes) + "\nSELECT * FROM new_order"
-    row = _execute_prepared(sql, [param for _cte, cte_params in ctes for param in cte_params])
+    row = execute_prepared(sql, [param for _cte, cte_params in ctes for param in cte_params])
     return None if row is None else Placed(*row)
-
-
-def _execute_prepared(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
-    """Run ``sql`` as a server-side prepared statement on Django's connection.
-
-    Planning this statement costs as much as running it; prepared once per connection
-    (psycopg keeps it, keyed by its text) it is planned once. Django's cursors bind
-    parameters on the client and cannot prepare, so this takes a psycopg cursor on the same
-    connection (same session, same transaction) and translates errors as Django does.
-    """
-    connection.validate_no_broken_transaction()
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
-        return cursor.fetchone()

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.core.cache import cache
 from django.utils import timezone
@@ -338,13 +339,38 @@ def _read_catalogue(
     return kinds, rates, environment_kinds
 
 
+_read_here: dict[str, tuple[float, Any]] = {}
+"""This process's copies of the shared readings: key -> (the reading's end, its value)."""
+READ_HERE_LIMIT = 1024
+
+
+def _clock() -> float:
+    return time.time()
+
+
 def _shared(key: str, seconds: int, read: Callable[[], T]) -> T:
     """``read()``, shared for ``seconds`` under ``key`` (0: read afresh, nothing shared).
+
+    One reading serves every process for its ``seconds`` (Redis holds it with the time it
+    ends); each process keeps a copy until that same end, so most requests skip Redis and
+    the unpickling of model rows. Nothing is served past its reading's end.
     Not ``cache.get_or_set``: its ``add`` raises while Redis is down (config.cache)."""
     if not seconds:
         return read()
-    found: T | None = cache.get(key)
-    if found is None:
-        found = read()
+    now = _clock()
+    here = _read_here.get(key)
+    if here is not None and here[0] > now:
+        return cast(T, here[1])
+    found: tuple[float, T] | None = cache.get(key)
+    if found is None or found[0] <= now:
+        found = (now + seconds, read())
         cache.set(key, found, seconds)
-    return found
+    if len(_read_here) >= READ_HERE_LIMIT:
+        _read_here.clear()
+    _read_here[key] = found
+    return found[1]
+
+
+def forget_readings_here() -> None:
+    """Drop this process's copies (the tests' fresh cache; Redis is cleared beside it)."""
+    _read_here.clear()

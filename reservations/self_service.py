@@ -89,12 +89,11 @@ def _done(url: str, what: str) -> HttpResponse:
 
 
 def _page_again(request: HttpRequest, reference: str, secret: str, **bound: Any) -> HttpResponse:
-    from reservations.views import order_detail
+    from reservations.order_page import order_page
+    from reservations.views import order_by_link
 
     setattr(request, FORMS, bound)
-    response = order_detail(request, reference, secret)
-    response.status_code = 400
-    return response
+    return order_page(request, order_by_link(reference, secret), status=400, fresh=True)
 
 
 @require_POST

@@ -174,7 +174,10 @@ def _fresh_cache() -> None:
     """Cached page fragments never leak from one test into the next."""
     from django.core.cache import cache
 
+    from reservations.quotes import forget_readings_here
+
     cache.clear()
+    forget_readings_here()
 
 
 # --------------------------------------------------------------------------- the dev chain

@@ -4,16 +4,17 @@ keystroke of the model size, and what it shows is never older than that reading.
 
 from __future__ import annotations
 
+import time
 from datetime import date, timedelta
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
-from reservations.quotes import plan_cache_key
+from reservations import quotes
 from reservations.services import place_order
+from reservations.views import QUOTE_SECONDS
 from tests.conftest import Inventory, RequestFactory
 
 pytestmark = pytest.mark.django_db
@@ -53,16 +54,22 @@ def test_a_new_model_size_on_the_same_plan_reads_nothing_again(
 
 
 def test_the_shared_part_is_never_older_than_its_reading(
-    client: Client, inventory: Inventory, make_request: RequestFactory
+    client: Client,
+    inventory: Inventory,
+    make_request: RequestFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     day = (timezone.now() + timedelta(days=3)).date()
     before = free_shown(quote_page(client, day, "7"))
     from reservations.availability import handover
 
     place_order(make_request(lot_count=1, window_days=7, starts_at=handover(day)))
-    # The plan's reading expires (its few seconds are over); the fragment rendered from it
-    # may still be in the cache, but it is not shown for the new reading.
-    cache.delete(plan_cache_key("h200", 7, 1, day, "pytorch-2.9-cuda-12.8", timezone.now().date()))
+    assert free_shown(quote_page(client, day, "7.5")) == before  # within its few seconds
+    # The plan's reading expires (its few seconds are over), in Redis and in this process's
+    # copy alike; the fragment rendered from it may still be in the cache, but it is not
+    # shown for the new reading.
+    later = time.time() + QUOTE_SECONDS + 0.1
+    monkeypatch.setattr(quotes, "_clock", lambda: later)
     after = free_shown(quote_page(client, day, "8"))
     assert before != after
     count = int(before.split()[0])
