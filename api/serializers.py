@@ -274,6 +274,14 @@ class OutcomeSerializer(StrictSerializer):
     )
 
 
+class EarlyEndAskSerializer(StrictSerializer):
+    reason = serializers.CharField(
+        max_length=2000,
+        validators=[refuse_bidi_controls],
+        help_text="Why the campaign should end early (the operator reads it on Today)",
+    )
+
+
 class OrderSerializer(serializers.ModelSerializer):
     kind: serializers.SlugRelatedField[HardwareKind] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True

@@ -326,6 +326,41 @@ class CheckpointOutcomeView(APIView):
         return Response(s.CheckpointSerializer(checkpoint).data)
 
 
+class EarlyEndView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        request=s.EarlyEndAskSerializer,
+        responses={
+            201: s.EarlyEndRequestSerializer,
+            400: ERRORS[400],
+            401: ERRORS[401],
+            404: ERRORS[404],
+            409: OpenApiResponse(
+                ERROR,
+                "campaign_not_running (only a running 30-day campaign) or early_end_open "
+                "(one request waits for the operator already)",
+            ),
+        },
+        summary="Ask to end a running 30-day campaign early (the operator answers)",
+    )
+    def post(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        body = s.EarlyEndAskSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            asked = campaign.request_early_end(
+                order, reason=body.validated_data["reason"], actor=services.Actor.of(_user(request))
+            )
+        except campaign.CampaignRefused as exc:
+            refused_input = exc.code in ("required", "too_long", "bidi_control")
+            return Response(
+                {"code": exc.code, "detail": str(exc)},
+                status=status.HTTP_400_BAD_REQUEST if refused_input else status.HTTP_409_CONFLICT,
+            )
+        return Response(s.EarlyEndRequestSerializer(asked).data, status=status.HTTP_201_CREATED)
+
+
 class CancelView(APIView):
     permission_classes = (IsAuthenticated,)
 

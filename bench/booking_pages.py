@@ -13,9 +13,13 @@ p50/p95/p99 latency per page. Target: p95 under 50 ms for each. Each client firs
 rendered the page (the first requests after a start take 0.4 to 1.2 s, templates compiled,
 statements prepared) — the figures are of steady use, not of a cold start.
 
-The quote is measured twice: "quote" with 16 clients each repeating its own form state (a
-fragment is reused for 5 s, as when researchers pause on a choice), and "quote_uncached"
-where every request is a form state never seen before (nothing reused).
+The quote is measured three times: "quote" with 16 clients each repeating its own form
+state (a fragment is reused for 5 s, as when researchers pause on a choice),
+"quote_uncached" where every request is a form state never seen before (a new model size
+on the client's plan: the plan's part is shared, the advisor and the rendering are not),
+and "calendar" where every request is a plan never asked before (a new start and window:
+price, free lots, the calendar of free starts and the other kinds read anew; reported,
+without a target).
 
 ``--profile`` asks each page in this process instead (Django's test client, no server) and
 prints its SQL statements and a cProfile of it.
@@ -42,6 +46,9 @@ from yearseed import seed_year
 
 DATABASE = "gpulots_bench_pages"
 TARGET_P95_MS = 50.0
+REPORTED_ONLY = {"calendar"}
+"""Measured and printed, without a target: a new plan at every request (issue 14 asks for
+its figure; issue 15's target is the quote's, a new model size at every request)."""
 
 
 def quote_path(day: date, client: int, request: int) -> str:
@@ -54,6 +61,22 @@ def quote_path(day: date, client: int, request: int) -> str:
         f"/en/book/quote/?kind=h200&lot_count={lots}&window_days={window}"
         f"&start_date={start.isoformat()}&environment=pytorch-2.9-cuda-12.8"
         f"&model_params_billion={params}&model_precision=bf16&model_workload=training"
+    )
+
+
+def plan_path(today: date, client: int, request: int) -> str:
+    """The live update for a plan never asked before (each client its own kind and lot
+    count, each request its own start and window): the price, free lots, calendar and other
+    kinds read and rendered anew, as when a researcher moves the start date."""
+    kind = ("h200", "b200")[client % 2]
+    lots = 1 + (client // 2) % 3
+    window = (3, 7, 30)[request % 3]
+    start = today + timedelta(days=1 + (client // 6) * 50 + request // 3)
+    environment = "pytorch-2.9-cuda-12.8"
+    return (
+        f"/en/book/quote/?kind={kind}&lot_count={lots}&window_days={window}"
+        f"&start_date={start.isoformat()}&environment={environment}"
+        "&model_params_billion=7&model_precision=bf16&model_workload=training"
     )
 
 
@@ -147,7 +170,8 @@ def main() -> int:
     from reservations.services import place_order
 
     seeded = seed_year(orders=args.orders)
-    day = (timezone.now() + timedelta(days=3)).date()
+    today = timezone.now().date()
+    day = today + timedelta(days=3)
     # Unpaid orders on the first free lots after the year's bookings (90 days ahead).
     later = handover((timezone.now() + timedelta(days=90)).date())
     unpaid = place_order(h200_request(later, lot_count=1, window_days=7))
@@ -193,6 +217,12 @@ def main() -> int:
                 + [quote_path(day, c, i) for i in range(n)]
                 for c in clients
             ],
+            # Every request a plan never asked before: the calendar of free starts anew.
+            "calendar": [
+                [plan_path(today, c, i) for i in range(n, n + w)]
+                + [plan_path(today, c, i) for i in range(n)]
+                for c in clients
+            ],
             "order_unpaid": [[page(unpaid)] * (w + n) for _ in clients],
             "order_partly_paid": [[page(partly)] * (w + n) for _ in clients],
             "order_active": [[page(active)] * (w + n) for _ in clients],
@@ -217,7 +247,13 @@ def main() -> int:
         "data": {k: seeded[k] for k in ("orders", "holds", "invoices", "transfers", "lots")},
         **results,
         "target_p95_ms": TARGET_P95_MS,
-        "meets_target": all(result["p95_ms"] < TARGET_P95_MS for result in results.values()),
+        # The calendar is reported (issue 14), the pages of issue 15 are held to the target.
+        "meets_target": all(
+            result["p95_ms"] < TARGET_P95_MS
+            for name, result in results.items()
+            if name not in REPORTED_ONLY
+        ),
+        "reported_only": sorted(REPORTED_ONLY & set(results)),
     }
     print(json.dumps(report))
     return 0

@@ -27,6 +27,7 @@ from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.http import require_POST
 
 from config import desk
+from payments.receipt_admin import BillingInline, ReceiptInline
 from provisioning import fleet
 from provisioning.admin import SplitTestInline, report_summary
 from provisioning.models import ProvisioningJob
@@ -651,6 +652,8 @@ class OrderAdmin(admin.ModelAdmin):
     inlines = (
         HoldInline,
         SshKeyInline,
+        BillingInline,
+        ReceiptInline,
         ProvisioningInline,
         SplitTestInline,
         CheckpointInline,

@@ -47,6 +47,10 @@ def _send(order: Order, name: str) -> None:
             if name == "order_placed"
             else []
         ),
+        # A campaign's checkpoints: their days always, what the booker wrote once confirmed.
+        "checkpoints": (list(order.campaign_checkpoints.all()) if name == "order_placed" else []),
+        "abort_criteria": order.abort_criteria if confirmed else "",
+        "confirmed": confirmed,
     }
     send_templated(name, context, order.contact_email, order.language)
 

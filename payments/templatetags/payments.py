@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timeuntil
+from django.utils.translation import gettext
 
 from payments import refunds, services
 from payments.models import Invoice
@@ -39,7 +43,24 @@ def panel_context(order: Order) -> dict[str, Any]:
         "assets": services.offered_assets(),
         "refunds": refunds.lines_for(order, invoices),
         "now": now,
+        "hold_left": _hold_left(order, now) if invoice is None else "",
     }
+
+
+def _hold_left(order: Order, now: datetime) -> str:
+    """How long the lots stay held, ticking in the page like the invoice's countdown
+    (payment.js counts from the seconds left at rendering)."""
+    if order.hold_expires_at is None:
+        return ""
+    expired = gettext("expired")
+    return format_html(
+        '<time datetime="{}" data-countdown data-seconds-left="{}" data-expired="{}"'
+        ' data-testid="hold-left">{}</time>',
+        order.hold_expires_at.isoformat(),
+        max(0, int((order.hold_expires_at - now).total_seconds())),
+        expired,
+        timeuntil(order.hold_expires_at, now) if order.hold_expires_at > now else expired,
+    )
 
 
 @register.inclusion_tag("payments/_panel.html", takes_context=True)

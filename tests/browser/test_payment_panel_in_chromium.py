@@ -201,3 +201,21 @@ def test_without_javascript_there_is_no_copy_button_and_the_values_are_text(
     )
     shots(page, "no-javascript")
     context.close()
+
+
+def test_before_a_coin_is_chosen_the_hold_counts_down_in_seconds(
+    browser: Browser, live_server: Any, make_request: RequestFactory
+) -> None:
+    build_inventory()
+    order = place_order(make_request(lot_count=1, window_days=3))
+    Order.objects.filter(pk=order.pk).update(hold_expires_at=timezone.now() + timedelta(minutes=3))
+    context = browser.new_context(viewport=PHONE)  # type: ignore[arg-type]
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(order_url(live_server, order, "en"))
+    left = page.get_by_test_id("hold-left")
+    expect(left).to_have_text(re.compile(r"^2 minutes, \d{1,2} seconds?$|^3 minutes$"))
+    first = left.inner_text()
+    expect(left).not_to_have_text(first, timeout=3_000)  # it ticks
+    expect(page.get_by_test_id("hold")).to_contain_text("Your lots are held until")
+    context.close()

@@ -388,3 +388,23 @@ def test_a_missing_font_is_said_clearly(
     settings.RECEIPT_FONT = "/nonexistent/DejaVuSans.ttf"
     with pytest.raises(receipts.FontMissing, match="fonts-dejavu-core"):
         receipts.render_pdf(receipts.document(issued))
+
+
+def test_the_desk_shows_the_billing_details_and_the_receipt(
+    client: Client, payments: Payments, order: Order
+) -> None:
+    receipts.save_billing(order, organisation="Lab of Ada", address="1 Road, Oxford", vat_id="")
+    settle(payments, order, payments.usdc)
+    receipt = receipts.issue_receipt(order)
+    assert receipt is not None
+    operator = User.objects.create_superuser("operator@example.org", "a-long-operator-password")
+    client.force_login(operator)
+    page = client.get(f"/admin/reservations/order/{order.pk}/change/").content.decode()
+    assert "Lab of Ada" in page
+    assert "1 Road, Oxford" in page
+    assert "R-000001" in page
+    assert f"{link(order)}/receipt.pdf" in page
+    listed = client.get("/admin/payments/receipt/")
+    assert listed.status_code == 200
+    assert order.reference in listed.content.decode()
+    assert client.get("/admin/payments/receipt/add/").status_code == 403  # a record, not a form

@@ -12,6 +12,7 @@ from unittest import mock
 
 import pytest
 from django.core import mail
+from django.core.mail import EmailMultiAlternatives
 from django.db import transaction
 from django.test import Client
 from django.utils import timezone
@@ -564,3 +565,70 @@ def make_key() -> str:
     from tests.conftest import openssh_public_key
 
     return openssh_public_key()
+
+
+def test_the_placed_mail_lists_the_checkpoints_and_what_the_booker_wrote_once_confirmed(
+    make_request: RequestFactory, inventory: Inventory, soon: datetime
+) -> None:
+    from reservations.notifications import send_order_placed_once
+
+    unconfirmed = campaign_order(make_request, soon, 6, 20)
+    Order.objects.filter(pk=unconfirmed.pk).update(contact_confirmed_at=None)
+    assert send_order_placed_once(unconfirmed.pk)
+    text = mail.outbox[-1].body
+    days = [c.due_on for c in unconfirmed.campaign_checkpoints.all()]
+    assert "Checkpoints:" in text
+    assert all(f"{day:%b}" in text for day in days)
+    assert "eval on day 6" not in text  # the booker's words wait for the confirmed address
+    assert "loss diverges" not in text
+
+    confirmed = campaign_order(make_request, soon, 6, contact_email="bo@example.org")
+    Order.objects.filter(pk=confirmed.pk).update(contact_confirmed_at=timezone.now())
+    assert send_order_placed_once(confirmed.pk)
+    message = mail.outbox[-1]
+    assert "1. " in message.body
+    assert "eval on day 6" in message.body
+    assert "Abort criteria: loss diverges twice after a restart" in message.body
+    assert isinstance(message, EmailMultiAlternatives)
+    html = str(message.alternatives[0][0])
+    assert "<li>" in html
+    assert "eval on day 6" in html
+
+
+def test_the_api_asks_to_end_a_running_campaign_early_once(
+    client: Client,
+    inventory: Inventory,
+    make_request: RequestFactory,
+    ada: tuple[User, str],
+    eve: tuple[User, str],
+    soon: datetime,
+) -> None:
+    user, token = ada
+    order = campaign_order(make_request, soon, 6)
+    Order.objects.filter(pk=order.pk).update(user=user)
+    url = f"/api/v1/orders/{order.reference}/early-end/"
+
+    def ask(reason: str, who: str = token) -> Any:
+        return client.post(
+            url,
+            {"reason": reason},
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {who}"},
+        )
+
+    assert (ask("done").status_code, ask("done").json()["code"]) == (409, "campaign_not_running")
+    running(order, started=timezone.now() - timedelta(days=3))
+    assert ask("mine now", eve[1]).status_code == 404
+    assert ask("   ").status_code == 400
+    asked = ask("the loss diverged twice")
+    assert asked.status_code == 201, asked.content
+    assert asked.json()["reason"] == "the loss diverged twice"
+    assert asked.json()["handled_at"] is None
+    again = ask("again")
+    assert (again.status_code, again.json()["code"]) == (409, "early_end_open")
+    assert EarlyEndRequest.objects.filter(order=order).count() == 1
+    shown = client.get(
+        f"/api/v1/orders/{order.reference}/", headers={"Authorization": f"Bearer {token}"}
+    ).json()
+    assert [r["reason"] for r in shown["early_end_requests"]] == ["the loss diverged twice"]
+    assert campaign.open_early_end_requests().filter(order=order).exists()  # on Today
