@@ -285,6 +285,16 @@ class OrderView(APIView):
         return Response(data)
 
 
+def _campaign_refusal(exc: campaign.CampaignRefused) -> Response:
+    """400 for what was written (empty, too long, hidden controls, no such outcome), 409 for
+    what the campaign's state refuses."""
+    refused_input = exc.code in ("required", "too_long", "bidi_control", "invalid_choice")
+    return Response(
+        {"code": exc.code, "detail": str(exc)},
+        status=status.HTTP_400_BAD_REQUEST if refused_input else status.HTTP_409_CONFLICT,
+    )
+
+
 class CheckpointOutcomeView(APIView):
     permission_classes = (IsAuthenticated,)
 
@@ -318,11 +328,7 @@ class CheckpointOutcomeView(APIView):
                 actor=services.Actor.of(_user(request)),
             )
         except campaign.CampaignRefused as exc:
-            refused_input = exc.code in ("required", "too_long", "bidi_control", "invalid_choice")
-            return Response(
-                {"code": exc.code, "detail": str(exc)},
-                status=status.HTTP_400_BAD_REQUEST if refused_input else status.HTTP_409_CONFLICT,
-            )
+            return _campaign_refusal(exc)
         return Response(s.CheckpointSerializer(checkpoint).data)
 
 
@@ -353,11 +359,7 @@ class EarlyEndView(APIView):
                 order, reason=body.validated_data["reason"], actor=services.Actor.of(_user(request))
             )
         except campaign.CampaignRefused as exc:
-            refused_input = exc.code in ("required", "too_long", "bidi_control")
-            return Response(
-                {"code": exc.code, "detail": str(exc)},
-                status=status.HTTP_400_BAD_REQUEST if refused_input else status.HTTP_409_CONFLICT,
-            )
+            return _campaign_refusal(exc)
         return Response(s.EarlyEndRequestSerializer(asked).data, status=status.HTTP_201_CREATED)
 
 
