@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, DateTimeField, F, Func, Q, QuerySet
 
 from reservations.models import HardwareKind, Hold, Lot
 
@@ -145,25 +145,33 @@ def start_calendar(
     first = handover(first_day)
     length = timedelta(days=window_days) + settings.RESERVATION_TURNAROUND
     last = handover(first_day + timedelta(days=days - 1)) + length
-    busy: dict[int, list[tuple[datetime, datetime | None]]] = defaultdict(list)
-    holds = Hold.objects.filter(
-        lot_id__in=lot_ids,
-        status__in=Hold.COUNTING,
-        period__overlap=DateTimeTZRange(first, last, "[)"),
-    ).values_list("lot_id", "period")
-    for lot_id, period in holds:
-        busy[lot_id].append((period.lower, period.upper))
-    calendar = []
-    for offset in range(days):
-        day = first_day + timedelta(days=offset)
-        start = handover(day)
-        stop = start + length
-        free = sum(
-            1
-            for lot_id in lot_ids
-            if not any(
-                lower < stop and (upper is None or start < upper) for lower, upper in busy[lot_id]
-            )
+    holds = (
+        Hold.objects.filter(
+            lot_id__in=lot_ids,
+            status__in=Hold.COUNTING,
+            period__overlap=DateTimeTZRange(first, last, "[)"),
         )
-        calendar.append((day, free))
-    return calendar
+        # The bounds as timestamps: a range object per row cost more than the rest.
+        .annotate(
+            lower=Func(F("period"), function="lower", output_field=DateTimeField()),
+            upper=Func(F("period"), function="upper", output_field=DateTimeField()),
+        )
+        .values_list("lot_id", "lower", "upper")
+    )
+    # Per lot, one bit per day whose window a hold overlaps: day i's window is
+    # [first + i days, first + i days + length), so a hold [lower, upper) takes the days i
+    # with lower < first + i days + length and first + i days < upper.
+    day = timedelta(days=1)
+    taken = dict.fromkeys(lot_ids, 0)
+    for lot_id, lower, upper in holds:
+        low = 0 if lower is None else max(0, (lower - first - length) // day + 1)
+        high = days - 1 if upper is None else min(days - 1, -((first - upper) // day) - 1)
+        if low <= high:
+            taken[lot_id] |= (1 << (high + 1)) - (1 << low)
+    return [
+        (
+            first_day + timedelta(days=offset),
+            sum(1 for bits in taken.values() if not bits >> offset & 1),
+        )
+        for offset in range(days)
+    ]

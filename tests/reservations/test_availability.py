@@ -11,7 +11,10 @@ from reservations.availability import (
     earliest_start,
     free_lot_counts,
     free_lots,
+    handover,
+    start_calendar,
 )
+from reservations.errors import LotUnavailable
 from reservations.services import place_order
 from tests.conftest import Inventory, RequestFactory
 
@@ -106,3 +109,30 @@ def test_starts_aligned_to_the_handover_hour_skip_what_does_not_fit(
         day + timedelta(days=9)
     )
     assert first.starts_at.hour == 12
+
+
+@pytest.mark.parametrize("window_days", [3, 7, 30])
+def test_the_calendar_agrees_with_the_free_lots_of_each_day(
+    inventory: Inventory, make_request: RequestFactory, soon: datetime, window_days: int
+) -> None:
+    """The calendar's day arithmetic against the query booking relies on, day by day, with
+    holds of every window ending and starting inside the calendar's four weeks."""
+    first_day = soon.date()
+    for offset, days in ((0, 3), (4, 7), (12, 3), (2, 7), (16, 7), (20, 3)):
+        try:
+            place_order(
+                make_request(
+                    lot_count=1, window_days=days, starts_at=handover(first_day + timedelta(offset))
+                )
+            )
+        except LotUnavailable:
+            continue  # both lots taken then: the next hold goes elsewhere in the weeks
+    calendar = start_calendar(inventory.h200, window_days, first_day, 28)
+    expected = [
+        (day, free_lot_counts(handover(day), window_days).get(inventory.h200.pk, 0))
+        for day in (first_day + timedelta(days=offset) for offset in range(28))
+    ]
+    assert calendar == expected
+    shown = [free for _day, free in calendar]
+    assert min(shown) < 2  # the holds are counted
+    assert max(shown) == 2  # and end: after the last one both lots are free
