@@ -9,7 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from payments.models import Invoice, Refund
+from payments.models import BILLING_LIMITS, VAT_ID, Invoice, Refund
 from payments.services import CLAIM_RESULTS
 from provisioning.models import ProvisioningJob, SplitTest
 from reservations.models import (
@@ -393,6 +393,13 @@ class InvoiceSerializer(serializers.ModelSerializer):
     delayed_since = serializers.SerializerMethodField(
         help_text="The last successful check when checking is delayed, else null"
     )
+    amount_outstanding = serializers.CharField(
+        help_text="What is still to pay, in base units (after a partial payment: the rest)"
+    )
+    payment_uri = serializers.SerializerMethodField(
+        help_text="EIP-681 URI of what is still to pay (what the page's QR code and "
+        "'Open in wallet' carry); null once nothing is"
+    )
 
     class Meta:
         model = Invoice
@@ -406,6 +413,8 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "amount_due",
             "amount_seen",
             "amount_confirmed",
+            "amount_outstanding",
+            "payment_uri",
             "amount_to_refund",
             "usd_due",
             "usd_per_unit",
@@ -426,6 +435,11 @@ class InvoiceSerializer(serializers.ModelSerializer):
         from payments.panel import confirmations
 
         return confirmations(invoice)
+
+    def get_payment_uri(self, invoice: Invoice) -> str | None:
+        from payments.panel import asks_for_payment, payment_uri
+
+        return payment_uri(invoice) if asks_for_payment(invoice) else None
 
     def get_check_delayed(self, invoice: Invoice) -> bool:
         return self.get_delayed_since(invoice) is not None
@@ -527,6 +541,29 @@ class SshKeySerializer(serializers.Serializer):
 class SshKeysSerializer(serializers.Serializer):
     ssh_keys = SshKeySerializer(many=True)
     changeable = serializers.BooleanField(help_text="Whether they may still change")
+
+
+def _billing_part(limit: str, help_text: str, *validators: Any) -> serializers.CharField:
+    return serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=BILLING_LIMITS[limit],
+        validators=[*validators, refuse_bidi_controls],
+        help_text=help_text,
+    )
+
+
+class BillingSerializer(StrictSerializer):
+    """Whom the order's receipt is made out to; each part optional, all empty removes them."""
+
+    organisation = _billing_part(
+        "organisation", "Empty: the order's organisation, else its contact name"
+    )
+    address = _billing_part("address", "Printed on the receipt (lines separated by newlines)")
+    vat_id = _billing_part(
+        "vat_id", "Starts with its country's two letters, e.g. DE123456789", VAT_ID
+    )
 
 
 class CancelSerializer(StrictSerializer):

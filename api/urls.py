@@ -23,6 +23,7 @@ urlpatterns = [
         name="checkpoint_outcome",
     ),
     path("orders/<str:reference>/early-end/", views.EarlyEndView.as_view(), name="early_end"),
+    path("orders/<str:reference>/billing/", views.BillingView.as_view(), name="billing"),
     path("orders/<str:reference>/ssh-keys/", views.SshKeysView.as_view(), name="ssh_keys"),
     path("orders/<str:reference>/invoice/", views.InvoiceView.as_view(), name="invoice"),
     path("orders/<str:reference>/claim/", views.ClaimView.as_view(), name="claim"),

@@ -36,7 +36,7 @@ from api import serializers as s
 from api.errors import IdempotencyConflict, IdempotencyKeyReused, ReportNotReady
 from api.models import IdempotentRequest
 from api.parsers import SplitTestParser
-from payments import refunds
+from payments import receipts, refunds
 from payments import services as payments
 from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
@@ -422,6 +422,30 @@ class SshKeysView(APIView):
         text = "\n".join(body.validated_data["ssh_public_keys"])
         services.change_ssh_keys(order, text, actor=services.Actor.of(_user(request)))
         return self._answer(order)
+
+
+class BillingView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        responses={200: s.BillingSerializer, 401: ERRORS[401], 404: ERRORS[404]},
+        summary="Whom the order's receipt is made out to",
+    )
+    def get(self, request: Request, reference: str) -> Response:
+        billing = receipts.billing_of(_own_order(request, reference))
+        return Response(s.BillingSerializer(billing).data)
+
+    @extend_schema(
+        request=s.BillingSerializer,
+        responses={200: s.BillingSerializer, 400: ERRORS[400], 401: ERRORS[401], 404: ERRORS[404]},
+        summary="Set whom the order's receipt is made out to (as the order page's form does)",
+    )
+    def put(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        body = s.BillingSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        billing = receipts.save_billing(order, **body.validated_data)
+        return Response(s.BillingSerializer(billing).data)
 
 
 class InvoiceView(APIView):

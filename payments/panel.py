@@ -55,9 +55,13 @@ class Panel:
 
     @property
     def asks_for_payment(self) -> bool:
-        """The invoice is open and something is still to pay: the amount, address, QR code
-        and wallet link are shown (a payment in full that is confirming asks for nothing)."""
-        return self.invoice.status in Invoice.OPEN_STATUSES and self.invoice.amount_outstanding > 0
+        return asks_for_payment(self.invoice)
+
+
+def asks_for_payment(invoice: Invoice) -> bool:
+    """The invoice is open and something is still to pay: the amount, address, QR code and
+    wallet link are shown (a payment in full that is confirming asks for nothing)."""
+    return invoice.status in Invoice.OPEN_STATUSES and invoice.amount_outstanding > 0
 
 
 def payment_uri(invoice: Invoice) -> str:
@@ -136,7 +140,7 @@ def panel_for(invoice: Invoice, now: datetime | None = None) -> Panel:
     asset = invoice.asset
     chain = asset.chain
     uri = payment_uri(invoice)
-    asks = invoice.status in Invoice.OPEN_STATUSES and invoice.amount_outstanding > 0
+    asks = asks_for_payment(invoice)
     return Panel(
         invoice=invoice,
         amount_due=asset.from_units(invoice.amount_due),

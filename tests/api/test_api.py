@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from django.utils import timezone
 
 from accounts.models import User
 from api.models import ApiToken, hash_token
+from payments import services
+from payments.models import Chain, Invoice
 from reservations.models import Order
 from tests.concurrency import at_once
 from tests.conftest import Payments, build_inventory, openssh_public_key
@@ -242,6 +245,17 @@ def test_invoice_and_claim(client: Client, payments: Payments, ada: tuple[User, 
         "1130000000",
         "new",
     )
+    assert invoice["amount_outstanding"] == "1130000000"
+    assert invoice["payment_uri"] == (
+        f"ethereum:{payments.usdc.contract_address}@{payments.chain.chain_id}/transfer"
+        f"?address={invoice['address']}&uint256=1130000000"
+    )
+    # After a partial payment the URI asks for the rest, as the page's QR code does.
+    payments.dev.pay_invoice(Invoice.objects.get(order__reference=reference), Decimal("130"))
+    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    partly = get(client, f"/api/v1/orders/{reference}/invoice/", ada[1]).json()
+    assert partly["amount_outstanding"] == "1000000000"
+    assert partly["payment_uri"].endswith("&uint256=1000000000")
     bad = post(client, f"/api/v1/orders/{reference}/claim/", {"tx_hash": "0x12"}, ada[1])
     assert (bad.status_code, bad.json()["code"]) == (400, "invalid_tx_hash")
     claimed = post(client, f"/api/v1/orders/{reference}/claim/", {}, ada[1])

@@ -4,6 +4,7 @@ invoice (page, PDF, mail, API), only behind the order's secret link or its owner
 from __future__ import annotations
 
 import io
+import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -323,6 +324,13 @@ def test_the_order_paid_mail_links_the_receipt(
     assert client.get(f"/{path}").status_code == 200
 
 
+def adas_order(make_request: RequestFactory, ada: tuple[User, str]) -> tuple[Order, dict[str, str]]:
+    """An order of ada's (the API's token owner), and her token's header."""
+    build_inventory()
+    order = place_order(make_request(lot_count=1, window_days=3), user=ada[0])
+    return order, {"Authorization": f"Bearer {ada[1]}"}
+
+
 def test_the_owner_gets_the_receipt_from_the_api_and_no_one_else(
     client: Client,
     payments: Payments,
@@ -330,9 +338,7 @@ def test_the_owner_gets_the_receipt_from_the_api_and_no_one_else(
     ada: tuple[User, str],
     eve: tuple[User, str],
 ) -> None:
-    build_inventory()
-    order = place_order(make_request(lot_count=1, window_days=3), user=ada[0])
-    owner = {"Authorization": f"Bearer {ada[1]}"}
+    order, owner = adas_order(make_request, ada)
     other = {"Authorization": f"Bearer {eve[1]}"}
     api = f"/api/v1/orders/{order.reference}"
 
@@ -408,3 +414,38 @@ def test_the_desk_shows_the_billing_details_and_the_receipt(
     assert listed.status_code == 200
     assert order.reference in listed.content.decode()
     assert client.get("/admin/payments/receipt/add/").status_code == 403  # a record, not a form
+
+
+def test_billing_details_can_be_set_through_the_api_and_are_printed(
+    client: Client,
+    payments: Payments,
+    make_request: RequestFactory,
+    ada: tuple[User, str],
+    eve: tuple[User, str],
+) -> None:
+    order, owner = adas_order(make_request, ada)
+    url = f"/api/v1/orders/{order.reference}/billing/"
+
+    def put(body: dict[str, str], headers: dict[str, str] = owner) -> Any:
+        return client.put(url, json.dumps(body), content_type="application/json", headers=headers)
+
+    empty = {"organisation": "", "address": "", "vat_id": ""}
+    assert client.get(url, headers=owner).json() == empty
+    refused = put({"vat_id": "123"})
+    assert refused.status_code == 400
+    assert "vat_id" in refused.json()["fields"]
+    assert not BillingDetails.objects.filter(order=order).exists()  # nothing changed
+    assert put({"address": "x"}, {"Authorization": f"Bearer {eve[1]}"}).status_code == 404
+    saved = put(
+        {"organisation": "Lab of Ada", "address": "1 Road\nOxford", "vat_id": "gb123456789"}
+    )
+    assert saved.status_code == 200, saved.content
+    assert saved.json() == {
+        "organisation": "Lab of Ada",
+        "address": "1 Road\nOxford",
+        "vat_id": "GB123456789",
+    }
+    settle(payments, order, payments.usdc)
+    text = pdf_text(client.get(f"{link(order)}/receipt.pdf").content)
+    assert "Lab of Ada" in text
+    assert "GB123456789" in text
