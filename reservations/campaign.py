@@ -216,6 +216,7 @@ def answer_early_end(
         )
         if answered:
             record_note(request.order, actor=actor, reason=f"early-end request answered: {note}")
+            notifications.enqueue_order_mail(request.order, "early_end_answered")
     return bool(answered)
 
 

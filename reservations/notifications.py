@@ -51,6 +51,14 @@ def _send(order: Order, name: str) -> None:
         "checkpoints": (list(order.campaign_checkpoints.all()) if name == "order_placed" else []),
         "abort_criteria": order.abort_criteria if confirmed else "",
         "confirmed": confirmed,
+        # The operator's newest answer to an early-end request (the operator wrote it).
+        "early_end": (
+            order.early_end_requests.filter(handled_at__isnull=False)
+            .order_by("-handled_at")
+            .first()
+            if name == "early_end_answered"
+            else None
+        ),
     }
     send_templated(name, context, order.contact_email, order.language)
 
@@ -104,6 +112,7 @@ ORDER_MAILS = (
     "order_ending",
     "order_revoked",
     "booking_moved",
+    "early_end_answered",
 )
 """Mails about an order's progress (the placed mail has its own once-only path above)."""
 

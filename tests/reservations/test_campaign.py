@@ -632,3 +632,36 @@ def test_the_api_asks_to_end_a_running_campaign_early_once(
     ).json()
     assert [r["reason"] for r in shown["early_end_requests"]] == ["the loss diverged twice"]
     assert campaign.open_early_end_requests().filter(order=order).exists()  # on Today
+
+
+def test_the_researcher_is_mailed_the_operators_answer_to_an_early_end_request(
+    make_request: RequestFactory,
+    inventory: Inventory,
+    soon: datetime,
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from reservations.services import Actor
+
+    order = running(
+        campaign_order(make_request, soon, 3, language="de"),
+        started=timezone.now() - timedelta(days=5),
+    )
+    request = campaign.request_early_end(order, reason="the result is clear", actor=RESEARCHER)
+    operator = User.objects.create_superuser("op@example.org", "a-long-password-1")
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert campaign.answer_early_end(
+            request, actor=Actor.of(operator), note="Ends tomorrow, 10 days refunded."
+        )
+    (message,) = mail.outbox
+    assert message.to == [order.contact_email]
+    assert message.subject == (
+        f"Bestellung {order.reference}: Antwort auf Ihre Bitte um ein vorzeitiges Ende"
+    )
+    assert "der Betreiber hat auf Ihre Bitte vom" in message.body
+    assert "Ends tomorrow, 10 days refunded." in message.body
+    assert f"/de/orders/{order.reference}/{order.secret}/" in message.body
+    with django_capture_on_commit_callbacks(execute=True):
+        assert not campaign.answer_early_end(request, actor=Actor.of(operator), note="again")
+    assert len(mail.outbox) == 1  # answered once, mailed once
