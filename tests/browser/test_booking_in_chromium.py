@@ -1,4 +1,6 @@
-"""A researcher books in a real browser, in each language, on a desktop and on a phone."""
+"""A researcher books in a real browser, in each language, on a desktop and on a phone;
+axe-core finds no violation of any impact on the landing page, the three booking steps and
+the order page (with its invoice and once paid)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from payments import services
 from payments.models import Chain, Invoice
 from reservations.models import Order
 from tests.browser.conftest import Shots
+from tests.browser.test_desk_in_chromium import axe_violations
 from tests.conftest import PRIVATE_KEY, Payments, build_inventory, openssh_public_key
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
@@ -79,20 +82,24 @@ def test_a_researcher_books_end_to_end(
     page.goto(f"{live_server.url}/{language}/")
     expect(page.locator("html")).to_have_attribute("lang", language)
     shots(page, "landing")
+    assert axe_violations(page, every_impact=True) == [], "landing"
     page.get_by_role("link", name=words["book"]).first.click()
 
     fill_plan(page)
     expect(page.get_by_test_id("total")).to_have_text(words["total"])  # live, no reload
     expect(page.locator(".advice tr.recommended")).to_contain_text("H200")
     shots(page, "plan")
+    assert axe_violations(page, every_impact=True) == [], "plan"
     submit(page)
 
     fill_contact(page, openssh_public_key())
     shots(page, "contact")
+    assert axe_violations(page, every_impact=True) == [], "contact"
     submit(page)
 
     expect(page.get_by_test_id("total")).to_have_text(words["total"])
     shots(page, "review")
+    assert axe_violations(page, every_impact=True) == [], "review"
     submit(page, "form.actions button[type=submit]")
 
     order = Order.objects.get()
@@ -102,6 +109,7 @@ def test_a_researcher_books_end_to_end(
     expect(page.locator("#payment")).to_have_text(words["payment"])  # the payment panel
     expect(page.locator("main")).to_contain_text("Ada <b>Lovelace</b>")  # shown as text
     shots(page, "order")
+    assert axe_violations(page, every_impact=True) == [], "order"
     assert (order.language, order.lot_count, order.kind.slug) == (language, 2, "h200")
     assert len(mail.outbox) == 1
     assert order.reference in mail.outbox[0].subject
@@ -164,6 +172,7 @@ def test_the_pages_work_at_a_phones_width(phone: Page, live_server: Any, shots: 
         overflow = phone.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"{path} scrolls sideways by {overflow}px"
         shots(phone, path.strip("/").replace("/", "-"))
+        assert axe_violations(phone, every_impact=True) == [], path
     fill_plan(phone)
     expect(phone.get_by_test_id("total")).to_have_text(WORDS["fr"]["total"])
     submit(phone)
@@ -173,6 +182,7 @@ def test_the_pages_work_at_a_phones_width(phone: Page, live_server: Any, shots: 
     expect(phone.locator("#payment")).to_have_text(WORDS["fr"]["payment"])
     assert phone.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
     shots(phone, "order")
+    assert axe_violations(phone, every_impact=True) == [], "order"
     assert Order.objects.count() == 1
 
 
@@ -210,6 +220,7 @@ def test_a_researcher_pays_and_watches_it_settle_without_reloading(
     expect(page.get_by_test_id("amount")).to_have_text("1130")
     expect(page.locator(".qr svg")).to_be_visible()
     shots(page, "invoice")
+    assert axe_violations(page, every_impact=True) == [], "invoice"
 
     tx = committed_payments.dev.pay_invoice(invoice)
     page.fill("#id_tx_hash", tx)
@@ -227,6 +238,7 @@ def test_a_researcher_pays_and_watches_it_settle_without_reloading(
     expect(page.get_by_test_id("payment-status")).to_contain_text("beglichen", timeout=15_000)
     assert page.evaluate("window.stillTheSamePage") is True  # updated in place
     shots(page, "settled")
+    assert axe_violations(page, every_impact=True) == [], "settled"
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID
 
 

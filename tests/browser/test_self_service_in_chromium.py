@@ -1,7 +1,7 @@
 """Self-service on the order page in Chromium: the researcher replaces the SSH keys (a
 PuTTY block, converted; a pasted private key refused and not shown again) and cancels an
 unpaid order after ticking the confirmation, in English at 1366 px and on a 390 px phone,
-in German and in French; axe-core finds no critical or serious violation at any step."""
+in German and in French; axe-core finds no violation of any impact at any step."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def putty_block(line: str, comment: str) -> str:
 
 def checked(page: Page, shots: Shots, name: str) -> None:
     shots(page, name)
-    assert axe_violations(page) == [], name
+    assert axe_violations(page, every_impact=True) == [], name
 
 
 def no_horizontal_scroll(page: Page) -> None:

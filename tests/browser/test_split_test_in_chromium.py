@@ -1,7 +1,7 @@
 """The researcher's own split test on the report page, in Chromium: a report made by
 ``gpulots split-test`` on this machine's CPU (two gloo processes), uploaded to the order,
-read in English, German and French on a desktop and a phone; axe-core finds no critical or
-serious violation, and the page says that a CPU stand-in measured it."""
+read in English, German and French on a desktop and a phone; axe-core finds no
+violation of any impact, and the page says that a CPU stand-in measured it."""
 
 from __future__ import annotations
 
@@ -85,5 +85,5 @@ def test_the_split_test_reads_beside_the_acceptance_result(
     assert order_of.index("own-job") < order_of.index("acceptance")
     page.get_by_test_id("split-runs").scroll_into_view_if_needed()
     shots(page, f"report-{language}")
-    assert axe_violations(page) == []
+    assert axe_violations(page, every_impact=True) == []
     context.close()
