@@ -99,11 +99,12 @@ TEMPLATES = [
 _database = database_from_url(
     env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpulots") or ""
 )
-# The order-placing statement is prepared once per connection (reservations.placement);
-# Django's own queries are bound on the client and never prepared. Set 0 behind a pooler
+# The hottest statements are prepared once per connection (config.prepared: placing an
+# order, the order page's state, the API's token); Django's own are bound on the client. Set 0 behind a pooler
 # in transaction mode (e.g. PgBouncer before 1.21), where prepared statements break.
-if env_bool("DATABASE_PREPARED_STATEMENTS", default=True):
-    _database["OPTIONS"] = {"prepare_threshold": 5, **_database["OPTIONS"]}
+# None disables them in psycopg, config.prepared's included (its default would prepare).
+_prepared = env_bool("DATABASE_PREPARED_STATEMENTS", default=True)
+_database["OPTIONS"] = {"prepare_threshold": 5 if _prepared else None, **_database["OPTIONS"]}
 # A database host that does not answer fails a request within seconds (a clear 503, see
 # config.outages) instead of holding a web process until it is killed.
 _database["OPTIONS"].setdefault(

@@ -343,3 +343,26 @@ def test_the_state_changes_with_every_row_it_names(
     deleted = order_page.state_of(order.pk)
     order.ssh_keys.all().delete()
     assert order_page.state_of(order.pk) != deleted
+
+
+def test_the_state_is_prepared_on_the_server_unless_prepared_statements_are_off(
+    order: Order, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DATABASE_PREPARED_STATEMENTS=0 (behind a pooler in transaction mode) sets psycopg's
+    prepare_threshold to None: then nothing is prepared, config.prepared's statements too."""
+
+    def prepared_here() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                ["%string_agg(id::text%"],
+            )
+            return int(cursor.fetchone()[0])
+
+    connection.ensure_connection()
+    monkeypatch.setattr(connection.connection, "prepare_threshold", None)
+    state = order_page.state_of(order.pk)
+    assert prepared_here() == 0
+    monkeypatch.setattr(connection.connection, "prepare_threshold", 5)
+    assert order_page.state_of(order.pk) == state
+    assert prepared_here() == 1
