@@ -51,6 +51,8 @@ from reservations.validation import OrderRequest
 
 ORDER_SECONDS = 60
 """How long an order's answer is kept under its exact state (any change is a new key)."""
+ORDER_SHAPE = hashlib.sha256(repr(s.OrderSerializer.Meta.fields).encode()).hexdigest()[:12]
+"""The answer's fields in the key: a release that changes them never serves the old shape."""
 
 ERROR = inline_serializer(
     "Error",
@@ -277,7 +279,7 @@ class OrderView(APIView):
         found = owned(reference, _user(request).pk)
         if found is None:
             raise Http404
-        key = "api:order:v1:{}:{}".format(*found)
+        key = "api:order:{}:{}:{}".format(ORDER_SHAPE, *found)
         data = cache.get(key)
         if data is None:
             data = dict(s.OrderSerializer(_own_order(request, reference)).data)

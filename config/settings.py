@@ -100,9 +100,9 @@ _database = database_from_url(
     env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpulots") or ""
 )
 # The hottest statements are prepared once per connection (config.prepared: placing an
-# order, the order page's state, the API's token); Django's own are bound on the client. Set 0 behind a pooler
-# in transaction mode (e.g. PgBouncer before 1.21), where prepared statements break.
-# None disables them in psycopg, config.prepared's included (its default would prepare).
+# order, the order page's state, the API's token); Django's own are bound on the client.
+# Set 0 behind a pooler in transaction mode (e.g. PgBouncer before 1.21), where prepared
+# statements break: None disables them in psycopg (its default of 5 would prepare).
 _prepared = env_bool("DATABASE_PREPARED_STATEMENTS", default=True)
 _database["OPTIONS"] = {"prepare_threshold": 5 if _prepared else None, **_database["OPTIONS"]}
 # A database host that does not answer fails a request within seconds (a clear 503, see

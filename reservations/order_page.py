@@ -18,10 +18,11 @@ The first request of the next second renders it anew; while it does, the others 
 previous second's (one renderer per page and second: sixteen at once render it once).
 
 So a reused page is never older in its status or payment state than a fresh one, and at
-most two seconds older in its countdown. What is personal to a request is not in the stored
-page: the CSRF token goes in per request (a placeholder is stored), and a page carrying
-anything of the request's own (a flash message, a refused form with its errors, a "done"
-notice, a campaign refusal) is rendered anew and never stored.
+most two seconds older in its countdown (the second is each web host's clock: hosts that
+share one Redis keep their clocks in step, as NTP does). What is personal to a request is
+not in the stored page: the CSRF token goes in per request (a placeholder is stored), and
+a page carrying anything of the request's own (a flash message, a refused form with its
+errors, a "done" notice, a campaign refusal) is rendered anew and never stored.
 
 ``tests/reservations/test_order_page_cache.py`` checks that every table the page's
 templates read is one :data:`SOURCES` lists, in every state of an order.
@@ -41,6 +42,7 @@ from django.middleware.csrf import get_token
 from django.template import Context
 from django.template.loader import get_template
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 from django.utils.translation import get_language
 from redis.exceptions import RedisError
 
@@ -56,8 +58,10 @@ WAIT_SECONDS = 0.25
 KEEP_SECONDS = 10
 """How long a stored body is kept (it is served within ``STALE_SECONDS`` at most)."""
 
-CSRF_PLACEHOLDER = "csrf-token-of-this-request"
-"""Stands in the stored body where each request's own CSRF token goes."""
+CSRF_PLACEHOLDER = "csrf-" + salted_hmac("order-page", "csrf placeholder").hexdigest()
+"""Stands in the stored page where each request's own CSRF token goes: derived from the
+secret key (the same in every process, never shown), so no text a researcher writes into
+the page can contain it and be replaced by the next viewer's token."""
 
 _INVOICES = "SELECT id FROM payments_invoice WHERE order_id = {order}"
 _LOTS = "SELECT lot_id FROM provisioning_provisioningjob WHERE order_id = {order}"
@@ -99,8 +103,9 @@ def _state_sql(order: str) -> str:
     (a parameter, or a column of an outer query). Built from the constants above only."""
     return "md5(concat_ws('/', {}))".format(
         ", ".join(
-            "(SELECT string_agg(id::text || '.' || xmin::text, ',' ORDER BY id) "  # noqa: S608
-            f"FROM {table} WHERE {rows.format(order=order)})"
+            # coalesce: an empty table keeps its place (concat_ws drops NULLs).
+            "coalesce((SELECT string_agg(id::text || '.' || xmin::text, ',' ORDER BY id) "  # noqa: S608
+            f"FROM {table} WHERE {rows.format(order=order)}), '')"
             for table, rows in SOURCES.items()
         )
     )

@@ -163,7 +163,7 @@ def quote(
 
 def plan_cache_key(*plan: object) -> str:
     """Where a shared reading of one plan (kind, window, lots, start, environment, day) is."""
-    return "quote-plan:v1:" + hashlib.sha256(repr(plan).encode()).hexdigest()
+    return "quote-plan:v2:" + hashlib.sha256(repr(plan).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,7 @@ def _catalogue_for_advice(
 ) -> tuple[list[HardwareKind], dict[str, Decimal], frozenset[str] | None]:
     """The offered kinds, their price per GPU-hour for the window and the kinds the chosen
     environment runs on (three queries; shared for ``shared_seconds`` when asked)."""
-    key = "quote-catalogue:v1:" + hashlib.sha256(repr((window, environment)).encode()).hexdigest()
+    key = "quote-catalogue:v2:" + hashlib.sha256(repr((window, environment)).encode()).hexdigest()
     return _shared(key, shared_seconds, lambda: _read_catalogue(window, environment))
 
 
@@ -361,6 +361,7 @@ def _shared(key: str, seconds: int, read: Callable[[], T]) -> T:
     here = _read_here.get(key)
     if here is not None and here[0] > now:
         return cast(T, here[1])
+    # Stored as (the reading's end, its value): the keys' v2 (a v1 value was the bare value).
     found: tuple[float, T] | None = cache.get(key)
     if found is None or found[0] <= now:
         found = (now + seconds, read())
