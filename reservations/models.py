@@ -7,6 +7,7 @@ code path, admin edit or concurrent worker can give one lot to two overlapping w
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Collection
 from decimal import Decimal
 from typing import Any
@@ -571,6 +572,10 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return self.reference
+
+    def opened_by(self, secret: str) -> bool:
+        """Whether ``secret`` is this order's link key (compared in constant time)."""
+        return secrets.compare_digest(self.secret.encode(), secret.encode())
 
     @property
     def is_holding(self) -> bool:

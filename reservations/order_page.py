@@ -31,7 +31,6 @@ templates read is one :data:`SOURCES` lists, in every state of an order.
 from __future__ import annotations
 
 import hashlib
-import secrets
 import time
 from typing import Any
 
@@ -140,15 +139,16 @@ def owned(reference: str, user_id: int) -> tuple[int, str] | None:
     return None if row is None else (int(row[0]), str(row[1]))
 
 
-def order_by_link(reference: str, secret: str) -> tuple[Order, str]:
-    """The order this link opens and its state, in one prepared statement; or 404."""
+def order_and_state_by_link(reference: str, secret: str) -> tuple[Order, str]:
+    """The order this link opens and its state, in one prepared statement; or 404 (as
+    reservations.views.order_by_link, for the views that need no state)."""
     row = execute_prepared(ORDER_SQL, {"reference": reference})
     if row is None:
         raise Http404
     # Its columns need no conversion (tests/reservations/test_order_page_cache.py checks
     # the instance against the ORM's, field by field).
     order = instance(Order, row[1:])
-    if not secrets.compare_digest(order.secret.encode(), secret.encode()):
+    if not order.opened_by(secret):
         raise Http404
     return order, str(row[0])
 
@@ -231,7 +231,7 @@ def render_page(request: HttpRequest, order: Order, extra: dict[str, Any]) -> st
 
 def for_link(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
     """The order page for whoever holds its link."""
-    order, state = order_by_link(reference, secret)
+    order, state = order_and_state_by_link(reference, secret)
     return order_page(request, order, state=state)
 
 

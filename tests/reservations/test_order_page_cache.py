@@ -222,7 +222,7 @@ def test_a_flash_message_is_not_served_to_the_next_visitor(
 
 
 def test_the_order_read_with_its_state_is_the_orms_order(order: Order) -> None:
-    read, state = order_page.order_by_link(order.reference, order.secret)
+    read, state = order_page.order_and_state_by_link(order.reference, order.secret)
     assert state == order_page.state_of(order.pk)
     fresh = Order.objects.get(pk=order.pk)
     for field in Order._meta.concrete_fields:
