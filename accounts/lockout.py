@@ -16,13 +16,13 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from config.clients import client_address
-from config.identity import NotAnAddress, canonical_email
+from infra.clients import client_address
+from infra.identity import NotAnAddress, canonical_email
 
 
 def username(request: HttpRequest, credentials: dict[str, Any] | None) -> str | None:
     """The address an attempt names, in the canonical form sign-in compares
-    (``config.identity``): ``Operator@Example.org`` and ``operator@example.org`` count as
+    (``infra.identity``): ``Operator@Example.org`` and ``operator@example.org`` count as
     one, as they are one account."""
     field = str(getattr(settings, "AXES_USERNAME_FORM_FIELD", "username"))
     given = (credentials or {}).get(field) or request.POST.get(field)
@@ -44,7 +44,7 @@ def locked_out(
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """The client's address as every other limit reads it (``config.clients``: the peer, or
+    """The client's address as every other limit reads it (``infra.clients``: the peer, or
     behind a trusted proxy the forwarded client), so a lockout is per client even behind a
     reverse proxy, and a made-up X-Forwarded-For changes nothing."""
     address = client_address(request)

@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
 
-from config.identity import NotAnAddress, canonical_email
+from infra.identity import NotAnAddress, canonical_email
 
 
 class UserManager(BaseUserManager["User"]):
@@ -25,7 +25,7 @@ class UserManager(BaseUserManager["User"]):
         return user
 
     def get_by_natural_key(self, username: str | None) -> User:
-        """Signing in with a password compares the canonical address too (config.identity)."""
+        """Signing in with a password compares the canonical address too (infra.identity)."""
         with contextlib.suppress(NotAnAddress):
             username = canonical_email(username or "")
         return super().get_by_natural_key(username)

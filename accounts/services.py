@@ -1,4 +1,4 @@
-"""Sign-in by e-mail link, and the guest orders that come with a proven address."""
+"""Sign-in by e-mail link: the link asked for, mailed, and used (the address proven)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from django.utils import translation
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
+from accounts.events import address_proven
 from accounts.models import User
 from accounts.tokens import LINK_MINUTES, sign_in_tokens
-from config import limits
-from config.identity import NotAnAddress, canonical_email, mailbox_of
-from config.mail import send_templated
-from reservations.models import Order
+from infra import limits
+from infra.identity import NotAnAddress, canonical_email, mailbox_of
+from infra.mail import send_templated
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ def request_sign_in(email: str, language: str, client: str) -> None:
     (the mail used to go out inside the request: staff and throttled addresses answered
     measurably faster). A broker outage is logged; the page still answers the same.
     """
+    # The tasks' module imports this one: its task is looked up when first queued.
     from accounts.tasks import send_sign_in_link as task
 
     try:
@@ -40,7 +41,7 @@ def request_sign_in(email: str, language: str, client: str) -> None:
 def send_sign_in_link(email: str, language: str, client: str, *, count: bool = True) -> bool:
     """Mail a one-time sign-in link to ``email``, creating the researcher's account if new.
 
-    Sends nothing (and creates no account) when ``client`` (config.clients.client_key) asked
+    Sends nothing (and creates no account) when ``client`` (infra.clients.client_key) asked
     for more than ``SIGN_IN_LIMIT_CLIENT`` links, or the mailbox (``mailbox_of``: +tags and
     Gmail's dots dropped) was sent more than ``SIGN_IN_LIMIT_MAILBOX``, or the address is an
     operator's, who signs in with a password. ``count=False`` for a retry of a send that was
@@ -79,11 +80,8 @@ def send_sign_in_link(email: str, language: str, client: str, *, count: bool = T
     return True
 
 
-def attach_guest_orders(user: User) -> int:
-    """Give ``user`` the guest orders placed with their (now proven) e-mail address."""
-    try:
-        email = canonical_email(user.email)
-    except NotAnAddress:
-        return 0
-    # Exactly the canonical form (config.identity): never a look-alike's orders.
-    return Order.objects.filter(user__isnull=True, contact_email=email).update(user=user)
+def proven_by_link(user: User) -> None:
+    """The researcher signed in with the link mailed to their address: the address is
+    theirs. Announces ``address_proven`` (reservations gives them the guest orders placed
+    with it)."""
+    address_proven.announce(user_id=user.pk)

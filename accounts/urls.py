@@ -9,6 +9,4 @@ urlpatterns = [
     path("sign-in/<str:uidb64>/<str:token>/", views.sign_in_link, name="sign_in_link"),
     path("sign-out/", views.sign_out, name="sign_out"),
     path("orders/", views.orders, name="orders"),
-    path("tokens/", views.tokens, name="tokens"),
-    path("tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke_token"),
 ]

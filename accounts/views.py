@@ -8,7 +8,6 @@ from django.contrib.auth.decorators import login_required
 from django.core.validators import EmailValidator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.utils.encoding import force_str
 from django.utils.http import urlsafe_base64_decode
 from django.utils.translation import get_language
@@ -18,19 +17,16 @@ from django.views.decorators.http import require_http_methods, require_POST
 from accounts import services
 from accounts.models import User
 from accounts.tokens import sign_in_tokens
-from api.models import ApiToken, TooManyTokens
-from config.clients import client_key
-from config.forms import AccessibleForm
-from config.identity import NotAnAddress, canonical_email
-from config.security import no_store
-from reservations.validation import refuse_bidi_controls
+from infra.clients import client_key
+from infra.forms import AccessibleForm
+from infra.identity import NotAnAddress, canonical_email
 
 
 class SignInForm(AccessibleForm):
     email = forms.EmailField(label=_("E-mail"), max_length=254)
 
     def clean_email(self) -> str:
-        """One address, one identity (config.identity): the form mail is delivered to."""
+        """One address, one identity (infra.identity): the form mail is delivered to."""
         try:
             return canonical_email(self.cleaned_data["email"])
         except NotAnAddress:
@@ -63,7 +59,7 @@ def sign_in_link(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
     if request.method == "POST":
         assert user is not None
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        services.attach_guest_orders(user)
+        services.proven_by_link(user)
         return redirect("accounts:orders")
     return render(request, "accounts/sign_in_confirm.html", {"email": user.email if user else ""})
 
@@ -71,43 +67,7 @@ def sign_in_link(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
 @require_POST
 def sign_out(request: HttpRequest) -> HttpResponse:
     logout(request)
-    return redirect("reservations:landing")
-
-
-class TokenForm(AccessibleForm):
-    name = forms.CharField(
-        label=_("Name"),
-        max_length=80,
-        help_text=_("e.g. the lab pipeline"),
-        validators=[refuse_bidi_controls],
-    )
-
-
-@login_required
-@no_store  # it shows a new token once: never kept by the browser or a proxy
-@require_http_methods(["GET", "POST"])
-def tokens(request: HttpRequest) -> HttpResponse:
-    """Personal API tokens: made here, shown once, kept only as a hash, revocable."""
-    form = TokenForm(request.POST or None)
-    shown = None
-    if request.method == "POST" and form.is_valid():
-        try:
-            _record, shown = ApiToken.issue(request.user, form.cleaned_data["name"])
-        except TooManyTokens as exc:
-            form.add_error("name", forms.ValidationError(str(exc), code=exc.code))
-        else:
-            form = TokenForm()
-    mine = ApiToken.objects.filter(user=request.user)  # type: ignore[misc]
-    return render(request, "accounts/tokens.html", {"form": form, "tokens": mine, "shown": shown})
-
-
-@login_required
-@require_POST
-def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
-    ApiToken.objects.filter(pk=token_id, user=request.user, revoked_at__isnull=True).update(  # type: ignore[misc]
-        revoked_at=timezone.now()
-    )
-    return redirect("accounts:tokens")
+    return redirect("pages:landing")
 
 
 @login_required

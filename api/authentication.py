@@ -11,11 +11,11 @@ from rest_framework.request import Request
 
 from accounts.models import User
 from api.models import ApiToken, hash_token
-from config.prepared import columns, execute_prepared, instance
+from infra.prepared import columns, execute_prepared, instance
 
 LAST_USED_EVERY = timedelta(minutes=1)
 
-# Every API request looks its token up: prepared once per connection (config.prepared).
+# Every API request looks its token up: prepared once per connection (infra.prepared).
 TOKEN_SQL = (
     f"SELECT {columns(ApiToken, 't')}, {columns(User, 'u')} "  # noqa: S608
     f"FROM {ApiToken._meta.db_table} t JOIN {User._meta.db_table} u ON u.id = t.user_id "

@@ -15,7 +15,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from config.outages import RETRY_AFTER_SECONDS, Dependency, dependency_down
+from infra.outages import RETRY_AFTER_SECONDS, Dependency, dependency_down, unavailable_body
 from provisioning.split_tests import SplitTestRefused
 from reservations.errors import (
     BookingRefused,
@@ -35,19 +35,6 @@ class DependencyUnavailable(exceptions.APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "A service this request needs is unavailable; nothing was changed."
     default_code = "service_unavailable"
-
-
-UNAVAILABLE = {
-    "database": "The database is unavailable right now; nothing was changed. Retry shortly.",
-    "redis": (
-        "Redis (rate limits and the task queue) is unavailable right now; nothing was "
-        "changed. Retry shortly."
-    ),
-}
-
-
-def unavailable_body(which: Dependency) -> dict[str, str]:
-    return {"code": f"{which}_unavailable", "detail": UNAVAILABLE[which]}
 
 
 def dependency_unavailable(which: Dependency) -> DependencyUnavailable:

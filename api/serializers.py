@@ -9,9 +9,11 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from payments.claims import CLAIM_RESULTS
 from payments.models import BILLING_LIMITS, VAT_ID, Invoice, Refund
-from payments.services import CLAIM_RESULTS
+from payments.panel import asks_for_payment, confirmations, delayed_since, payment_uri
 from provisioning.models import ProvisioningJob, SplitTest
+from provisioning.report import split_test_summary
 from reservations.models import (
     CHECK_LIMIT,
     MAX_CHECKPOINTS,
@@ -30,6 +32,7 @@ from reservations.models import (
     Window,
     Workload,
 )
+from reservations.notifications import order_link
 from reservations.validation import (
     MAX_LOT_COUNT,
     TEXT_LIMITS,
@@ -331,8 +334,6 @@ class OrderSerializer(serializers.ModelSerializer):
         )
 
     def get_page_url(self, order: Order) -> str:
-        from reservations.notifications import order_link
-
         return order_link(order)
 
     @extend_schema_field(
@@ -346,9 +347,7 @@ class OrderSerializer(serializers.ModelSerializer):
         from django.conf import settings
         from django.urls import reverse
 
-        from payments.services import PAID_ORDER_STATUSES
-
-        if order.status not in PAID_ORDER_STATUSES:  # no query: the list stays one
+        if order.status not in Order.PAID_STATUSES:  # no query: the list stays one
             return None
         return f"{settings.SITE_URL}{reverse('api:receipt', args=[order.reference])}"
 
@@ -432,21 +431,15 @@ class InvoiceSerializer(serializers.ModelSerializer):
         )
 
     def get_confirmations(self, invoice: Invoice) -> int:
-        from payments.panel import confirmations
-
         return confirmations(invoice)
 
     def get_payment_uri(self, invoice: Invoice) -> str | None:
-        from payments.panel import asks_for_payment, payment_uri
-
         return payment_uri(invoice) if asks_for_payment(invoice) else None
 
     def get_check_delayed(self, invoice: Invoice) -> bool:
         return self.get_delayed_since(invoice) is not None
 
     def get_delayed_since(self, invoice: Invoice) -> datetime | None:
-        from payments.panel import delayed_since
-
         return delayed_since(invoice)
 
 
@@ -694,8 +687,6 @@ class SplitTestSerializer(serializers.ModelSerializer):
         )
 
     def get_summary(self, split_test: SplitTest) -> str:
-        from provisioning.report import split_test_summary
-
         # A list reads only the parts the summary needs (provisioning.split_tests.summarised).
         report = getattr(split_test, "summary_parts", None)
         if report is None:

@@ -1,9 +1,9 @@
-"""Per token and per client, counted atomically in Redis (config.limits); refusals say when
+"""Per token and per client, counted atomically in Redis (infra.limits); refusals say when
 to retry (Retry-After).
 
 DRF's rate syntax and hooks (``scope``, ``THROTTLE_RATES``, ``get_cache_key``) stay; its
 read-modify-write history does not: each request is one atomic increment, so concurrent
-requests never pass more than the rate. The client is ``config.clients.client_key``: the
+requests never pass more than the rate. The client is ``infra.clients.client_key``: the
 connecting peer, ``X-Forwarded-For`` only from a trusted proxy, IPv6 per /64.
 
 While Redis is down the counting cannot happen: a read-only request (GET, HEAD, OPTIONS)
@@ -22,8 +22,9 @@ from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
-from config import limits
-from config.clients import client_key
+from api.errors import dependency_unavailable
+from infra import limits
+from infra.clients import client_key
 
 if TYPE_CHECKING:  # rest_framework.views imports the throttles: no cycle at run time
     from rest_framework.views import APIView
@@ -54,8 +55,6 @@ class AtomicRateThrottle(SimpleRateThrottle):
                     extra={"scope": self.scope, "error": type(exc).__name__},
                 )
                 return True
-            from api.errors import dependency_unavailable
-
             raise dependency_unavailable("redis") from exc
         self.retry_after = None if verdict.allowed else verdict.retry_after
         return verdict.allowed

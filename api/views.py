@@ -36,10 +36,10 @@ from api import serializers as s
 from api.errors import IdempotencyConflict, IdempotencyKeyReused, ReportNotReady
 from api.models import IdempotentRequest
 from api.parsers import SplitTestParser
-from payments import receipts, refunds
-from payments import services as payments
+from payments import claims, invoicing, nodes, receipts, refund_due, refunds
 from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
+from payments.views import pdf_response
 from provisioning import access, split_tests
 from provisioning.models import ProvisioningJob
 from provisioning.services import accounts_for
@@ -47,6 +47,8 @@ from reservations import availability, campaign, fairness, services
 from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
 from reservations.models import Checkpoint, Environment, HardwareKind, Order, Price
+from reservations.notifications import enqueue_order_placed
+from reservations.order_state import owned
 from reservations.validation import OrderRequest
 
 ORDER_SECONDS = 60
@@ -64,6 +66,7 @@ ERROR = inline_serializer(
         "retry_at": serializers.DateTimeField(required=False, allow_null=True),
     },
 )
+
 ERRORS = {
     400: OpenApiResponse(ERROR, "Bad input: `code` says which rule, `fields` which field"),
     401: OpenApiResponse(ERROR, "No token, or an unknown or revoked one"),
@@ -258,8 +261,6 @@ class OrdersView(APIView):
         user = _user(request)
         party = fairness.Party.of_request(request._request, user)
         order = services.place_order(OrderRequest(**data), user=user, party=party)
-        from reservations.notifications import enqueue_order_placed
-
         enqueue_order_placed(order)
         return Response(s.OrderSerializer(order).data, status=status.HTTP_201_CREATED)
 
@@ -274,8 +275,6 @@ class OrderView(APIView):
     def get(self, request: Request, reference: str) -> Response:
         # What it answers is the database's state only (no clock): kept under the exact state
         # of the rows it reads (reservations.order_page), so never older than them.
-        from reservations.order_page import owned
-
         found = owned(reference, _user(request).pk)
         if found is None:
             raise Http404
@@ -491,8 +490,8 @@ class InvoiceView(APIView):
         if asset is None:
             raise BookingRefused({"asset": [refusal("invalid_choice")]})
         try:
-            invoice = payments.create_invoice(order, asset)
-        except (RpcUnavailable, RpcError, payments.ChainMismatch):
+            invoice = invoicing.create_invoice(order, asset)
+        except (RpcUnavailable, RpcError, nodes.ChainMismatch):
             return Response(
                 {"code": "chain_unreachable", "detail": str(MESSAGES["chain_unreachable"])},
                 status=503,
@@ -513,7 +512,7 @@ class ClaimView(APIView):
         body = s.ClaimSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         invoice = get_object_or_404(Invoice, order=order, is_current=True)
-        invoice = payments.claim_payment(invoice, body.validated_data.get("tx_hash", ""))
+        invoice = claims.claim_payment(invoice, body.validated_data.get("tx_hash", ""))
         invoice = Invoice.objects.select_related("asset__chain", "deposit_address").get(
             pk=invoice.pk
         )
@@ -535,7 +534,7 @@ class RefundsView(APIView):
     )
     def get(self, request: Request, reference: str) -> Response:
         order = _own_order(request, reference)
-        return Response(s.RefundLineSerializer(refunds.lines_for(order), many=True).data)
+        return Response(s.RefundLineSerializer(refund_due.lines_for(order), many=True).data)
 
 
 class RefundAddressView(APIView):
@@ -570,7 +569,7 @@ class RefundAddressView(APIView):
             )
         except Invoice.DoesNotExist:
             raise exceptions.NotFound() from None
-        return Response(s.RefundLineSerializer(refunds.lines_for(order), many=True).data)
+        return Response(s.RefundLineSerializer(refund_due.lines_for(order), many=True).data)
 
 
 def _jobs(request: Request, order: Order) -> models.QuerySet[ProvisioningJob]:
@@ -743,9 +742,6 @@ class ReceiptView(APIView):
         summary="The receipt of a paid order, as a PDF",
     )
     def get(self, request: Request, reference: str) -> HttpResponse:
-        from payments import receipts
-        from payments.views import pdf_response
-
         issued = receipts.issue_receipt(_own_order(request, reference))
         if issued is None:
             raise exceptions.NotFound()

@@ -126,8 +126,8 @@ def with_invoice(order: Any, *, pay_share: float = 0.0) -> Any:
     import time
 
     from payments.devchain import DevChain
+    from payments.invoicing import create_invoice
     from payments.models import Asset, Chain, Invoice
-    from payments.services import create_invoice
 
     chain = Chain.objects.get(is_active=True)
     invoice = create_invoice(order, Asset.objects.get(chain=chain, symbol="USDC"))

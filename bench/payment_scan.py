@@ -60,7 +60,7 @@ def main() -> int:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from payments import devchain, services
+    from payments import devchain, invoicing, scanning
     from payments.devproxy import ProviderProxy
     from payments.models import Chain, Invoice
     from payments.tasks import scan_open_invoices
@@ -99,7 +99,7 @@ def main() -> int:
             paying = []
             for _ in range(min(size, PAID_PER_CYCLE)):
                 order = place_order(h200_request(starts_at, lot_count=1, window_days=3))
-                paying.append(services.create_invoice(order, usdc))
+                paying.append(invoicing.create_invoice(order, usdc))
             Invoice.objects.filter(pk__in=[i.pk for i in paying]).update(created_block=1)
             watched = Invoice.objects.filter(monitor_until__gt=timezone.now())
             natives = watched.filter(asset=eth).count()
@@ -113,7 +113,7 @@ def main() -> int:
                     started = time.perf_counter()
                     if profiling:
                         profiler.enable()
-                    report = services.scan_chain(fresh)
+                    report = scanning.scan_chain(fresh)
                     if profiling:
                         profiler.disable()
                     seconds = time.perf_counter() - started
@@ -132,15 +132,15 @@ def main() -> int:
 
             catch_up = cycle("catch_up")
             while Chain.objects.get(pk=chain.pk).scanned_block != dev.w3.eth.block_number:
-                services.scan_chain(Chain.objects.get(pk=chain.pk))  # the rest of the way
+                scanning.scan_chain(Chain.objects.get(pk=chain.pk))  # the rest of the way
             for invoice in paying:
                 dev.pay_invoice(invoice)
             dev.mine(2)
             steady = cycle("steady")
             quiet = cycle("quiet")
             limit = settings.PAYMENT_RPC_BATCH_LIMIT
-            chunks = math.ceil((size - natives) / services.ADDRESS_CHUNK)
-            per_request = min(limit, services.LOG_ADDRESSES_PER_REQUEST // services.ADDRESS_CHUNK)
+            chunks = math.ceil((size - natives) / scanning.ADDRESS_CHUNK)
+            per_request = min(limit, scanning.LOG_ADDRESSES_PER_REQUEST // scanning.ADDRESS_CHUNK)
             bound = (
                 4  # chainId, head, one block batch, one receipt or spare
                 + math.ceil(chunks * 25 / per_request)
@@ -175,7 +175,7 @@ def main() -> int:
         latencies = []
         for _ in range(args.latency_samples):
             order = place_order(h200_request(starts_at, lot_count=1, window_days=3))
-            invoice = services.create_invoice(order, usdc)
+            invoice = invoicing.create_invoice(order, usdc)
             dev.pay_invoice(invoice)  # its block is the 1st confirmation
             time.sleep(interval * 0.37)  # land somewhere inside a scan interval
             dev.mine(1)  # the block bringing the 2nd (last required) confirmation
@@ -194,7 +194,7 @@ def main() -> int:
     summary = {
         "bench": "payment_scan",
         "chain": f"anvil from block {GENESIS:,} behind a proxy of 2,000 blocks / 10,000 results",
-        "address_chunk": services.ADDRESS_CHUNK,
+        "address_chunk": scanning.ADDRESS_CHUNK,
         "batch_limit": settings.PAYMENT_RPC_BATCH_LIMIT,
         "scan_interval_seconds": interval,
         "sizes": results,

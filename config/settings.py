@@ -17,7 +17,7 @@ from typing import Any
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import (
+from infra.env import (
     database_from_url,
     env_bool,
     env_int,
@@ -51,19 +51,22 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "infra",
     "accounts",
     "reservations",
     "payments",
     "provisioning",
     "api",
+    "pages",
+    "desk",
     "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "config.security.SecurityHeadersMiddleware",
+    "infra.security.SecurityHeadersMiddleware",
     # The database or Redis down: a 503 (JSON for the API) with Retry-After, not a 500.
-    "config.outages.OutageMiddleware",
+    "infra.outages.OutageMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -90,7 +93,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.i18n",
-                "config.context_processors.languages",
+                "infra.context_processors.languages",
             ],
         },
     },
@@ -99,14 +102,14 @@ TEMPLATES = [
 _database = database_from_url(
     env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpulots") or ""
 )
-# The hottest statements are prepared once per connection (config.prepared: placing an
+# The hottest statements are prepared once per connection (infra.prepared: placing an
 # order, the order page's state, the API's token); Django's own are bound on the client.
 # Set 0 behind a pooler in transaction mode (e.g. PgBouncer before 1.21), where prepared
 # statements break: None disables them in psycopg (its default of 5 would prepare).
 _prepared = env_bool("DATABASE_PREPARED_STATEMENTS", default=True)
 _database["OPTIONS"] = {"prepare_threshold": 5 if _prepared else None, **_database["OPTIONS"]}
 # A database host that does not answer fails a request within seconds (a clear 503, see
-# config.outages) instead of holding a web process until it is killed.
+# infra.outages) instead of holding a web process until it is killed.
 _database["OPTIONS"].setdefault(
     "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT_SECONDS", 5, minimum=1)
 )
@@ -137,12 +140,12 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0") or ""
 REDIS_TIMEOUT_SECONDS = env_int("REDIS_TIMEOUT_SECONDS", 2, minimum=1)
 """How long the web processes wait for Redis (connect, and each reply) before treating it
 as down: the cache then misses, read-only API requests pass unthrottled, writes answer 503
-(config.cache, api.throttles, config.outages)."""
+(infra.cache, api.throttles, infra.outages)."""
 CACHES = {
     "default": {
         # Django's RedisCache, whose reads miss and writes are dropped (logged) while Redis
         # is down; add() and incr(), which locks and counters rely on, still raise.
-        "BACKEND": "config.cache.ResilientRedisCache",
+        "BACKEND": "infra.cache.ResilientRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "gpulots",
         "OPTIONS": {
@@ -157,7 +160,7 @@ LANGUAGES = [("en", "English"), ("de", "Deutsch"), ("fr", "Français")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
-FORMAT_MODULE_PATH = ["config.formats"]
+FORMAT_MODULE_PATH = ["infra.formats"]
 USE_TZ = True
 
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -184,7 +187,7 @@ if env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", default=False):
 TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES", "")
 """Reverse proxies (addresses or CIDR networks) whose X-Forwarded-For is believed: every
 per-client limit counts the right-most forwarded hop that is not one of them
-(config.clients). Empty: the connecting peer is the client, X-Forwarded-For is ignored."""
+(infra.clients). Empty: the connecting peer is the client, X-Forwarded-For is ignored."""
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
 SESSION_COOKIE_HTTPONLY = True
@@ -192,12 +195,12 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
-CSRF_FAILURE_VIEW = "config.views.csrf_failure"
+CSRF_FAILURE_VIEW = "infra.error_pages.csrf_failure"
 LOGIN_URL = "accounts:sign_in"
 SIGN_IN_LIMIT_CLIENT = env_rate("SIGN_IN_LIMIT_CLIENT", "10/hour")
-"""Sign-in links one client (config.clients) may ask for; more are silently not sent."""
+"""Sign-in links one client (infra.clients) may ask for; more are silently not sent."""
 SIGN_IN_LIMIT_MAILBOX = env_rate("SIGN_IN_LIMIT_MAILBOX", "5/hour")
-"""Sign-in links mailed to one mailbox (config.identity.mailbox_of: +tags and Gmail's dots
+"""Sign-in links mailed to one mailbox (infra.identity.mailbox_of: +tags and Gmail's dots
 dropped), whoever asks."""
 
 # --- Password sign-in (the admin login) is rate-limited: django-axes, see accounts.lockout. ---
@@ -275,7 +278,7 @@ PAYMENT_REFUND_CHECK_SECONDS = env_int("PAYMENT_REFUND_CHECK_SECONDS", 30, minim
 step of a refund."""
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "expire-unpaid-holds": {
-        "task": "reservations.tasks.expire_unpaid_holds",
+        "task": "payments.tasks.expire_unpaid_holds",
         "schedule": crontab(minute="*"),
     },
     "send-missing-order-mails": {
@@ -297,6 +300,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "scan-open-invoices": {
         "task": "payments.tasks.scan_open_invoices",
         "schedule": timedelta(seconds=PAYMENT_SCAN_SECONDS),
+    },
+    "retry-failed-reactions": {  # receivers of domain events that failed (infra.events)
+        "task": "infra.tasks.retry_failed_reactions",
+        "schedule": crontab(minute="*"),
     },
     "check-refunds": {
         "task": "payments.tasks.check_refunds",
@@ -495,7 +502,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "json": {"()": "config.logging.JsonFormatter"},
+        "json": {"()": "infra.logs.JsonFormatter"},
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
     "handlers": {

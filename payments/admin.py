@@ -18,10 +18,10 @@ from django.utils.text import Truncator
 from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
-from payments import integrity, refunds, services
+from infra.records import ReadOnlyInline, RecordAdmin, ask_reason
+from payments import integrity, refund_due, refunds, settlement
 from payments.models import Asset, Chain, Invoice, Refund, RpcEndpoint, Transfer
 from payments.rpc import RpcError, RpcUnavailable
-from reservations.admin import ReadOnlyInline, ask_reason
 from reservations.errors import BookingRefused, InvalidTransition, LotUnavailable
 from reservations.services import Actor
 
@@ -259,7 +259,7 @@ class TxHashForm(forms.Form):
 
 def send_summary(invoice: Invoice) -> SafeString:
     """What the operator is to send for an invoice, exactly, or what it waits for."""
-    owed = refunds.owed_units(invoice)
+    owed = refund_due.owed_units(invoice)
     if owed == 0:
         return format_html("{}", "—")
     asset, chain = invoice.asset, invoice.asset.chain
@@ -302,8 +302,8 @@ class RefundOwedFilter(admin.SimpleListFilter):
         return [("yes", "Money to send back"), ("no", "Nothing to send back")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Invoice]) -> QuerySet[Invoice]:
-        """The same invoices as the desk's "Refunds due" (payments.refunds.owing)."""
-        owing = refunds.owing().values("pk")
+        """The same invoices as the desk's "Refunds due" (payments.refund_due.owing)."""
+        owing = refund_due.owing().values("pk")
         if self.value() == "yes":
             return queryset.filter(pk__in=owing)
         if self.value() == "no":
@@ -377,7 +377,7 @@ class InvoiceAdmin(admin.ModelAdmin):
 
     @admin.display(description="to send back", ordering="amount_to_refund")
     def to_send_back(self, invoice: Invoice) -> str:
-        owed = refunds.owed_units(invoice)
+        owed = refund_due.owed_units(invoice)
         return f"{invoice.asset.from_units(owed)}" if owed else "—"
 
     @admin.display(description="deposit address", ordering="deposit_address__address")
@@ -441,7 +441,7 @@ class InvoiceAdmin(admin.ModelAdmin):
         actor = Actor.of(request.user)  # type: ignore[arg-type]
         for invoice in queryset:
             try:
-                services.accept_late_payment(invoice, actor=actor)
+                settlement.accept_late_payment(invoice, actor=actor)
             except BookingRefused as exc:
                 self.message_user(request, f"{invoice}: {' '.join(exc.messages)}", messages.ERROR)
             except LotUnavailable:
@@ -474,7 +474,7 @@ class InvoiceAdmin(admin.ModelAdmin):
         actor = Actor.of(request.user)  # type: ignore[arg-type]
         for invoice in queryset:
             try:
-                services.mark_refunded(invoice, actor=actor, reason=reason)
+                refunds.mark_refunded(invoice, actor=actor, reason=reason)
             except BookingRefused as exc:
                 self.message_user(request, f"{invoice}: {' '.join(exc.messages)}", messages.ERROR)
             else:
@@ -510,7 +510,7 @@ class TransferAdmin(admin.ModelAdmin):
 
 
 @admin.register(Refund)
-class RefundAdmin(admin.ModelAdmin):
+class RefundAdmin(RecordAdmin):
     list_display = (
         "tx_hash",
         "invoice",
@@ -525,12 +525,3 @@ class RefundAdmin(admin.ModelAdmin):
     list_filter = ("status", "chain")
     search_fields = ("tx_hash", "to_address", "invoice__order__reference")
     list_select_related = ("invoice__order", "invoice__asset")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

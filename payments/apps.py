@@ -6,4 +6,5 @@ class PaymentsConfig(AppConfig):
     verbose_name = "Payments"
 
     def ready(self) -> None:
-        from payments import derivation  # noqa: F401  (registers the key check)
+        # The key check registers itself; the receivers connect to their events.
+        from payments import derivation, receivers  # noqa: F401

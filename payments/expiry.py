@@ -17,7 +17,8 @@ scan cycle): then what was mined by the deadline decides —
 ``close_at_deadline`` is the one function that decides, under the order's row lock. Beat's
 ``expire_unpaid_holds`` calls ``expire_due_orders``, which first reads the chains that are
 behind (a stalled scanner cannot make it expire too early); the scanner calls it for its
-chain at the end of each cycle.
+chain at the end of each cycle. The order itself is expired, and its lots released, by
+``reservations.services.release_unpaid``, which announces ``order.expired``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from payments import scanning
 from payments.models import Chain, Invoice, Transfer
+from payments.nodes import ChainMismatch
 from payments.rpc import RpcError, RpcUnavailable
 from reservations import services as reservations
 from reservations.models import Order
@@ -46,8 +49,6 @@ KEPT_UNREAD = "waiting_for_chain"
 """An invoice's chain is not read up to the deadline yet: the hold stays (within the wait)."""
 NOT_DUE = "not_due"
 """The order is not awaiting payment (paid, cancelled, expired) or its hold has time left."""
-
-CLOSED = (Invoice.STATUS_SETTLED, Invoice.STATUS_INVALID)
 
 
 def read_up_to(chain: Chain, moment: datetime) -> bool:
@@ -91,7 +92,7 @@ def close_at_deadline(order_id: int, *, now: datetime | None = None) -> str:
         invoices = list(
             Invoice.objects.select_for_update(of=("self",))
             .filter(order=order)
-            .exclude(status__in=CLOSED)
+            .exclude(status__in=Invoice.CLOSED_STATUSES)
             .select_related("asset__chain")
             .order_by("pk")
         )
@@ -172,8 +173,6 @@ def expire_due_orders(
     scanner stalled or behind — is scanned here first; a node that does not answer leaves
     those orders held ("checking is delayed") until it does or the wait ends.
     """
-    from payments import services
-
     now = now or timezone.now()
     due = Order.objects.filter(status=Order.STATUS_AWAITING_PAYMENT, hold_expires_at__lte=now)
     if chain is not None:
@@ -183,15 +182,31 @@ def expire_due_orders(
         behind = {
             i.asset.chain
             for i in Invoice.objects.filter(order_id__in=ids)
-            .exclude(status__in=CLOSED)
+            .exclude(status__in=Invoice.CLOSED_STATUSES)
             .select_related("asset__chain", "order")
             if not read_up_to(i.asset.chain, _due_by(i, i.order.hold_expires_at))
         }
         for stale in sorted(behind, key=lambda c: c.pk):
             try:
-                services.scan_chain(stale, now=now)
-            except (RpcUnavailable, RpcError, services.ChainMismatch) as exc:
+                scanning.scan_chain(stale, now=now)
+            except (RpcUnavailable, RpcError, ChainMismatch) as exc:
                 log.warning(
                     "expiry waits for the chain", extra={"chain": stale.chain_id, "error": str(exc)}
                 )
     return sum(1 for pk in ids if close_at_deadline(pk, now=now) == EXPIRED)
+
+
+def expire_unpaid_holds(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Beat's: expire every unpaid order past its hold time that no payment mined in time
+    keeps, on whichever chains its invoices are; returns how many this call expired."""
+    return expire_due_orders(now=now, limit=limit)
+
+
+def expire_order(order: Order, *, now: datetime | None = None) -> bool:
+    """Expire one unpaid order whose hold time has passed and release its lots — unless a
+    payment mined before its deadline (by block time) keeps it, or its invoices' chain has
+    not been read up to the deadline yet. True if this call expired it."""
+    expired = close_at_deadline(order.pk, now=now) == EXPIRED
+    if expired:
+        order.status = Order.STATUS_EXPIRED
+    return expired

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from config.forms import AccessibleForm
+from infra.forms import AccessibleForm
 from payments.models import BILLING_LIMITS, VAT_ID
 from reservations.validation import refuse_bidi_controls
 

@@ -28,6 +28,7 @@ from payments.models import Asset, Invoice
 from payments.nodes import NodeClient
 from payments.prices import FEED_DECIMALS, feed_decimals
 from payments.rpc import RpcClient, RpcError
+from reservations import services as reservations
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,6 @@ def alert_held(invoice: Invoice) -> None:
     order's history and the operator (once) are told what to do."""
     if not cache.add(f"payments:held-alert:{invoice.pk}", "1", ALERT_SECONDS):
         return
-    from reservations import services as reservations
-
     asset = Asset.objects.select_related("chain").get(pk=invoice.asset_id)
     reason = (
         f"invoice {invoice.pk}: a payment in {asset}, which is turned off, is held, not "

@@ -286,6 +286,8 @@ class Invoice(models.Model):
         (STATUS_INVALID, _("invalid")),
     )
     OPEN_STATUSES = (STATUS_NEW, STATUS_PROCESSING)
+    CLOSED_STATUSES = (STATUS_SETTLED, STATUS_INVALID)
+    """Decided: its amounts still follow what arrives, its state no longer changes by itself."""
 
     EXCEPTION_NONE = ""
     EXCEPTION_PAID_PARTIAL = "paid_partial"

@@ -243,3 +243,18 @@ class Nodes:
 
     def erc20_symbol(self, address: str) -> str | None:
         return self._run(lambda c: c.erc20_symbol(address))
+
+
+def client_for(chain: Chain) -> Nodes:
+    """The chain's RPC endpoints as one client (failover: Nodes), after checking that one of
+    them serves that chain id (ChainMismatch when none does)."""
+    nodes = Nodes(chain)
+    nodes.chain_id()
+    return nodes
+
+
+def confirmed_height(chain: Chain, client: NodeClient, head: int) -> int:
+    """The newest block with enough confirmations (or the node's finalized one)."""
+    if chain.use_finalized_tag:
+        return client.finalized_block_number()
+    return head - chain.confirmations + 1

@@ -13,9 +13,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from payments.invoicing import OFFERED_SECONDS
 from payments.models import Asset, Chain, Invoice, Transfer
 from payments.networks import PRESETS
-from payments.services import OFFERED_SECONDS
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy
 
+from infra.records import ReadOnlyInline, RecordAdmin
 from payments.models import BillingDetails, Receipt
 from payments.receipts import receipt_path
-from reservations.records import ReadOnlyInline, RecordAdmin
 
 
 def _links(receipt: Receipt) -> SafeString:

@@ -30,7 +30,6 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from payments.models import BillingDetails, Invoice, Receipt, Transfer, units
-from payments.services import PAID_ORDER_STATUSES
 from reservations.models import Order
 from reservations.templatetags.money import local_units, usd
 from reservations.templatetags.money import units as coin
@@ -75,12 +74,12 @@ def paid_invoice(order: Order, invoices: Sequence[Invoice] | None = None) -> Inv
     """The settled invoice that paid the order, or None: unpaid, expired or cancelled orders
     have no receipt. ``invoices``: the order's invoices, when the caller has them."""
     if invoices is not None:
-        if order.status not in PAID_ORDER_STATUSES:
+        if order.status not in Order.PAID_STATUSES:
             return None
         return next((i for i in invoices if i.status == Invoice.STATUS_SETTLED), None)
     return (
         Invoice.objects.filter(
-            order=order, status=Invoice.STATUS_SETTLED, order__status__in=PAID_ORDER_STATUSES
+            order=order, status=Invoice.STATUS_SETTLED, order__status__in=Order.PAID_STATUSES
         )
         .select_related("asset__chain", "deposit_address")
         .first()

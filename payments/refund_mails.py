@@ -14,9 +14,9 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from config.mail import send_templated
+from infra.mail import send_templated
 from payments.models import Invoice, Refund
-from payments.refunds import WHY, owed_units, owing, why
+from payments.refund_due import WHY, owed_units, owing, why
 from reservations.notifications import order_link
 
 log = logging.getLogger(__name__)

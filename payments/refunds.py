@@ -23,22 +23,27 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Q
 from django.utils import timezone
-from django.utils.translation import gettext_lazy as _
 from web3 import Web3
 
-from payments import services
+from payments import nodes, rpc
+from payments.events import refund_sent
 from payments.models import Asset, Chain, DepositAddress, Invoice, Refund, units
 from payments.nodes import NodeClient
-from payments.rpc import TRANSFER_TOPIC, RpcError, RpcUnavailable
+from payments.refund_due import (
+    in_flight,
+    owed_units,
+    owing,
+)
+from payments.refund_mails import send_refund_mails
+from payments.rpc import TRANSFER_TOPIC, RpcError, RpcUnavailable, topic_address
 from reservations import services as reservations
 from reservations.errors import BookingRefused, refusal
 from reservations.models import Order
@@ -53,166 +58,6 @@ UNSEEN_AFTER = timedelta(hours=1)
 can record the right one; a transaction that is known but waits to be mined stays sent."""
 VERIFY_BATCH = 100
 """Refunds verified per beat cycle at most (the oldest first)."""
-
-WHY = {
-    "overpaid": _("you paid more than was due"),
-    "after_refund": _("a payment arrived after this invoice was refunded"),
-    "paid_elsewhere": _("the order is already paid by another invoice"),
-    "cancelled": _("the order was cancelled"),
-    "partial": _("less than the amount due arrived before the invoice expired"),
-    "late": _(
-        "your payment arrived after the invoice expired; if your lots are no longer free, "
-        "it is sent back"
-    ),
-}
-"""Why money goes back, in the researcher's words (page and mails)."""
-
-
-# --------------------------------------------------------------------------- what is owed
-
-
-def owed_units(invoice: Invoice) -> int:
-    """What a refund of this invoice sends back now, in base units: all of what reached an
-    expired invoice (paid late or partly, a second invoice of a paid order, an order
-    cancelled), else what the scanner flagged (``amount_to_refund``: beyond the amount due
-    of a settled invoice, or what came after a refund) — less what was sent back already.
-    Nothing while the invoice is open: the payer may still complete it."""
-    if invoice.status in Invoice.OPEN_STATUSES:
-        return 0
-    if invoice.status == Invoice.STATUS_EXPIRED and units(invoice.amount_seen) > 0:
-        paid = max(units(invoice.amount_seen), units(invoice.amount_confirmed))
-        return max(0, paid - units(invoice.amount_refunded))
-    return units(invoice.amount_to_refund)
-
-
-def owing() -> QuerySet[Invoice]:
-    """The invoices whose ``owed_units`` is above 0, as one query."""
-    expired_paid = Q(status=Invoice.STATUS_EXPIRED, amount_seen__gt=0) & (
-        Q(amount_seen__gt=F("amount_refunded")) | Q(amount_confirmed__gt=F("amount_refunded"))
-    )
-    flagged = Q(amount_to_refund__gt=0) & ~Q(status=Invoice.STATUS_EXPIRED, amount_seen__gt=0)
-    return Invoice.objects.exclude(status__in=Invoice.OPEN_STATUSES).filter(expired_paid | flagged)
-
-
-def why(order: Order, invoice: Invoice, invoices: Sequence[Invoice] | None = None) -> str:
-    """The code (a key of WHY) of why this invoice's money goes back (``invoices``: the
-    order's invoices, when the caller has them: no query then)."""
-    if invoice.status == Invoice.STATUS_SETTLED:
-        return "overpaid"
-    if invoice.status == Invoice.STATUS_INVALID:
-        return "after_refund"
-    if invoices is None:
-        paid = Invoice.objects.filter(order=order, status=Invoice.STATUS_SETTLED)
-        paid_elsewhere = paid.exclude(pk=invoice.pk).exists()
-    else:
-        paid_elsewhere = any(
-            i.status == Invoice.STATUS_SETTLED and i.pk != invoice.pk for i in invoices
-        )
-    if paid_elsewhere:
-        return "paid_elsewhere"
-    if order.status == Order.STATUS_CANCELLED:
-        return "cancelled"
-    if invoice.exception == Invoice.EXCEPTION_PAID_LATE:
-        return "late"
-    return "partial"
-
-
-def in_flight(invoice: Invoice) -> Refund | None:
-    """The invoice's refund being verified, if any (there is at most one)."""
-    return invoice.refunds.filter(status=Refund.STATUS_SENT).first()
-
-
-@dataclass(frozen=True)
-class RefundLine:
-    """One invoice of an order with money to send back or sent back: what the order page's
-    panel and the API show."""
-
-    invoice: Invoice
-    owed: int
-    """Base units still to send back."""
-    why: str
-    """A key of WHY."""
-    can_change: bool
-    """The researcher may give or change the address (money owed, no refund on its way)."""
-    refunds: list[Refund]
-    """Newest first."""
-
-    @property
-    def asset(self) -> Asset:
-        return self.invoice.asset
-
-    @property
-    def chain(self) -> Chain:
-        return self.invoice.asset.chain
-
-    @property
-    def symbol(self) -> str:
-        return self.invoice.asset.symbol
-
-    @property
-    def network(self) -> str:
-        return self.invoice.asset.chain.name
-
-    @property
-    def owed_amount(self) -> Decimal:
-        return self.invoice.asset.from_units(self.owed)
-
-    @property
-    def reason(self) -> str:
-        return str(WHY[self.why])
-
-    @property
-    def shown(self) -> list[tuple[Refund, Decimal]]:
-        """The refunds the researcher sees (not the rejected ones: the operator's to redo),
-        with their amounts in coin units."""
-        asset = self.invoice.asset
-        return [
-            (r, asset.from_units(r.amount if r.amount_sent is None else r.amount_sent))
-            for r in self.refunds
-            if r.status != Refund.STATUS_REJECTED
-        ]
-
-
-def lines_for(order: Order, invoices: Sequence[Invoice] | None = None) -> list[RefundLine]:
-    """The order's invoices that owe money or have had a refund, oldest first.
-
-    ``invoices``: the order's invoices with their assets and chains, when the caller has
-    them (the order page reads them once for its panel, refunds and receipt). Then this
-    reads only the refunds, and only of invoices money ever reached: none for an order
-    nobody paid (the common case)."""
-    if invoices is None:
-        invoices = list(Invoice.objects.filter(order=order).select_related("asset__chain"))
-    paid_into = [
-        i
-        for i in invoices
-        if i.amount_seen > 0
-        or i.amount_confirmed > 0
-        or i.amount_to_refund > 0
-        or i.amount_refunded > 0
-    ]
-    if not paid_into:
-        return []
-    refunds_of: dict[int, list[Refund]] = {}
-    for refund in Refund.objects.filter(invoice__in=paid_into).order_by("-created_at", "-pk"):
-        refunds_of.setdefault(refund.invoice_id, []).append(refund)
-    lines = []
-    for invoice in sorted(paid_into, key=lambda i: (i.created_at, i.pk)):
-        refunds = refunds_of.get(invoice.pk, [])
-        owed = owed_units(invoice)
-        if owed <= 0 and not refunds:
-            continue
-        sending = any(r.status == Refund.STATUS_SENT for r in refunds)
-        lines.append(
-            RefundLine(
-                invoice=invoice,
-                owed=owed,
-                why=why(order, invoice, invoices),
-                can_change=owed > 0 and not sending,
-                refunds=refunds,
-            )
-        )
-    return lines
-
 
 # --------------------------------------------------------------------------- the address
 
@@ -306,13 +151,14 @@ def record_refund(invoice: Invoice, tx_hash: str, *, actor: reservations.Actor) 
     """The operator sent this invoice's money back in transaction ``tx_hash``: a Refund of
     what is owed now, to the researcher's address, from the chain's refund wallet (if one is
     configured), "sent" until the scanner has verified it on the chain. A note in the
-    order's history; the researcher is mailed (by check_refunds, queued after commit).
+    order's history; ``refund_sent`` is announced after commit (its receiver has it
+    verified and the researcher mailed at once: check_refunds).
 
     Refused (BookingRefused, nothing changed): a malformed hash; an open invoice; nothing
     owed; no refund address given yet; a refund of it already being verified; a
     transaction already recorded as a refund on this chain."""
     tx_hash = tx_hash.strip().lower()
-    if not services.TX_HASH.match(tx_hash):
+    if not rpc.TX_HASH.match(tx_hash):
         raise BookingRefused({"tx_hash": [refusal("invalid_tx_hash")]})
     with transaction.atomic():
         # Locks: the order's row, then the invoice's.
@@ -353,19 +199,8 @@ def record_refund(invoice: Invoice, tx_hash: str, *, actor: reservations.Actor) 
             f"{locked.refund_address}, tx {tx_hash} (invoice {locked.pk}); counted once "
             "verified on-chain",
         )
-        transaction.on_commit(_queue_check)
+        refund_sent.announce(refund_id=refund.pk)
     return refund
-
-
-def _queue_check() -> None:
-    """Verify and mail now rather than at the next beat cycle; with the broker away, beat's
-    own cycle does it (the Refund row is the truth)."""
-    from payments.tasks import check_refunds as task
-
-    try:
-        task.delay()
-    except Exception:  # any broker failure
-        log.warning("refund check not queued; beat runs it")
 
 
 def apply_refund(
@@ -385,7 +220,7 @@ def apply_refund(
     Two callers. The scanner, for ``refund`` verified on-chain: ``sent`` is what its
     transaction moved to the address; the refund becomes confirmed; a refund no longer
     "sent" (verified by a concurrent cycle) changes nothing and returns 0 — idempotent.
-    The operator's override (``refund`` None, services.mark_refunded): what is owed now
+    The operator's override (``refund`` None, refunds.mark_refunded): what is owed now
     counts as sent; refused (BookingRefused, nothing changed) while the invoice is open,
     while a refund of it is being verified, or when it has nothing to refund.
     """
@@ -451,10 +286,6 @@ class Reading:
 WAITING, MATCHES, REJECTED = "waiting", "matches", "rejected"
 
 
-def _word(topic: Any) -> str:
-    return "0x" + str(topic).lower()[-40:]
-
-
 def judge(refund: Refund, asset: Asset, tx: dict[str, Any], receipt: dict[str, Any]) -> Reading:
     """Whether a mined transaction is this refund: succeeded; for a token, Transfer logs of
     the invoice's own contract to the refund address (from the refund wallet, when one is
@@ -489,7 +320,7 @@ def judge(refund: Refund, asset: Asset, tx: dict[str, Any], receipt: dict[str, A
             if len(topics) != 3 or topics[0] != TRANSFER_TOPIC:
                 continue
             emitter = str(entry.get("address") or "").lower()
-            source, target = _word(topics[1]), _word(topics[2])
+            source, target = topic_address(topics[1]), topic_address(topics[2])
             data = str(entry.get("data") or "0x")
             value = int(data, 16) if len(data) > 2 else 0
             if emitter != token:
@@ -547,7 +378,7 @@ def read_refund(refund: Refund, client: NodeClient, *, now: datetime) -> Reading
         return Reading(WAITING, "waiting to be mined")
     block = int(str(receipt["blockNumber"]), 16)
     head = client.block_number()
-    if block > services.confirmed_height(chain, client, head):
+    if block > nodes.confirmed_height(chain, client, head):
         if chain.use_finalized_tag:
             return Reading(WAITING, f"mined in block {block}, not finalized yet")
         found = max(0, head - block + 1)
@@ -572,9 +403,9 @@ def verify_refund(
     if refund.status != Refund.STATUS_SENT:
         return refund.status
     try:
-        client = client or services.client_for(refund.invoice.asset.chain)
+        client = client or nodes.client_for(refund.invoice.asset.chain)
         reading = read_refund(refund, client, now=now)
-    except (RpcUnavailable, RpcError, services.ChainMismatch) as exc:
+    except (RpcUnavailable, RpcError, nodes.ChainMismatch) as exc:
         _unreadable(refund.pk, exc, now)
         return Refund.STATUS_SENT
     if reading.outcome == WAITING:
@@ -618,8 +449,6 @@ def verify_refund(
 def check_refunds(*, now: datetime | None = None) -> int:
     """Beat: mail what is due, verify every refund being verified (the oldest first; one
     client per chain), then mail the confirmations. Returns how many it confirmed."""
-    from payments.refund_mails import send_refund_mails
-
     now = now or timezone.now()
     send_refund_mails(now=now)
     clients: dict[int, NodeClient | Exception] = {}
@@ -628,8 +457,8 @@ def check_refunds(*, now: datetime | None = None) -> int:
     for refund_id, chain_id in pending.values_list("pk", "chain_id")[:VERIFY_BATCH]:
         if chain_id not in clients:
             try:
-                clients[chain_id] = services.client_for(Chain.objects.get(pk=chain_id))
-            except (RpcUnavailable, RpcError, services.ChainMismatch) as exc:
+                clients[chain_id] = nodes.client_for(Chain.objects.get(pk=chain_id))
+            except (RpcUnavailable, RpcError, nodes.ChainMismatch) as exc:
                 clients[chain_id] = exc
         client = clients[chain_id]
         if isinstance(client, Exception):
@@ -647,3 +476,20 @@ def _unreadable(refund_id: int, exc: Exception, now: datetime) -> None:
         last_checked_at=now, last_check=says[:300]
     )
     log.warning("refund verification delayed", extra={"refund": refund_id, "error": str(exc)})
+
+
+def mark_refunded(invoice: Invoice, *, actor: reservations.Actor, reason: str) -> None:
+    """The operator's override: records, with a note, a refund made outside the verified
+    flow (payments.refunds: the researcher's address, the pasted transaction, checked
+    on-chain) — what this invoice does not keep counts as sent back from the operator's
+    wallet: all of what reached an expired invoice (paid late or partly, or a second
+    invoice of a paid order) — the invoice is then closed (invalid) —, or what a settled
+    invoice received beyond the amount due, or what arrived after an earlier refund.
+
+    Refused (BookingRefused with the reason, nothing changed) without a note, while the
+    invoice is still open, while a refund of it is being verified, or when there is
+    nothing to refund. What it records: refunds.apply_refund, shared with the flow.
+    """
+    if not reason.strip():
+        raise BookingRefused({"reason": [refusal("required")]})
+    apply_refund(invoice, actor=actor, note=f"refunded: {reason}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -81,6 +82,16 @@ ERC20_ABI: ABI = [
 
 TRANSFER_TOPIC = encode_hex(event_abi_to_log_topic(TRANSFER_EVENT))
 """keccak256("Transfer(address,address,uint256)")."""
+
+
+def topic_address(topic: Any) -> str:
+    """The address a log topic (32 bytes) or an address text holds: its last 20 bytes,
+    lower-case and 0x-prefixed, so that the two compare equal."""
+    return "0x" + str(topic).lower()[-40:]
+
+
+TX_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
+"""A transaction hash as a researcher or operator pastes it (checked before any request)."""
 
 ATTEMPTS = 3
 """Tries of one request when the transport fails (refused, reset, timed out): within the

@@ -9,7 +9,7 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
-from payments import expiry, refunds, services
+from payments import claims, expiry, invoicing, nodes, refunds, scanning
 from payments.models import Chain, Invoice
 from payments.rpc import RpcError, RpcUnavailable
 
@@ -22,7 +22,7 @@ SCAN_LOCK_SECONDS = 120
 def scan_open_invoices() -> int:
     """Beat, every few seconds: one scan cycle per active chain — and per inactive one while
     invoices made on it are watched, so that money sent there is recorded (never settled:
-    services.recompute) — (a chain being scanned by another worker is skipped; its lock
+    settlement.recompute) — (a chain being scanned by another worker is skipped; its lock
     expires if that worker died) and the expiry of the holds it has now read up to, then
     the claims' verifications that are due are queued."""
     settled = 0
@@ -35,23 +35,30 @@ def scan_open_invoices() -> int:
         if not cache.add(lock, "1", timeout=SCAN_LOCK_SECONDS):
             continue
         try:
-            settled += len(services.scan_chain(chain).settled)
+            settled += len(scanning.scan_chain(chain).settled)
             expiry.expire_due_orders(chain=chain)  # the holds this cycle read up to
             if chain.is_active:
-                services.refresh_prices(chain)
-        except (RpcUnavailable, RpcError, services.ChainMismatch) as exc:
+                invoicing.refresh_prices(chain)
+        except (RpcUnavailable, RpcError, nodes.ChainMismatch) as exc:
             log.warning("scan delayed", extra={"chain": chain.chain_id, "error": str(exc)})
         finally:
             cache.delete(lock)
-    services.dispatch_verifications()
+    claims.dispatch_verifications()
     return settled
+
+
+@shared_task(name="payments.tasks.expire_unpaid_holds", acks_late=True)
+def expire_unpaid_holds() -> int:
+    """Beat, every minute: the unpaid orders whose hold has ended, decided by the chain
+    (payments.expiry); a missed run is caught up by the next one."""
+    return expiry.expire_unpaid_holds()
 
 
 @shared_task(name="payments.tasks.verify_invoice", acks_late=True)
 def verify_invoice(invoice_id: int) -> str:
-    """After "I've paid": the invoice's one pending verification (services.verify_claim).
+    """After "I've paid": the invoice's one pending verification (claims.verify_claim).
     It never retries itself: beat queues the next check when it is due, from the database."""
-    return services.verify_claim(invoice_id)
+    return claims.verify_claim(invoice_id)
 
 
 @shared_task(name="payments.tasks.check_refunds", acks_late=True)

@@ -15,5 +15,4 @@ urlpatterns = [
     ),
     path("orders/<str:reference>/<str:secret>/receipt/", views.receipt, name="receipt"),
     path("orders/<str:reference>/<str:secret>/receipt.pdf", views.receipt_pdf, name="receipt_pdf"),
-    path("orders/<str:reference>/<str:secret>/billing/", views.billing, name="billing"),
 ]

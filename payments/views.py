@@ -7,17 +7,15 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import get_language
-from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from payments import receipts, refunds, services
-from payments.forms import BillingForm
+from payments import claims, invoicing, nodes, receipts, refunds
 from payments.models import Asset, Invoice, Receipt
 from payments.rpc import RpcError, RpcUnavailable
 from payments.templatetags.payments import panel_context
 from reservations.errors import MESSAGES, BookingRefused
+from reservations.links import order_by_link, order_url
 from reservations.services import RESEARCHER
-from reservations.views import order_by_link, order_url
 
 
 @require_POST
@@ -31,11 +29,11 @@ def choose_asset(request: HttpRequest, reference: str, secret: str) -> HttpRespo
         messages.error(request, MESSAGES["invalid_choice"])
         return redirect(order_url(order) + "#payment")
     try:
-        services.create_invoice(order, asset)
+        invoicing.create_invoice(order, asset)
     except BookingRefused as exc:
         for message in exc.messages:
             messages.error(request, message)
-    except (RpcUnavailable, RpcError, services.ChainMismatch):
+    except (RpcUnavailable, RpcError, nodes.ChainMismatch):
         messages.error(request, MESSAGES["chain_unreachable"])
     return redirect(order_url(order) + "#payment")
 
@@ -48,7 +46,7 @@ def claim(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
     if invoice is None:
         return redirect(order_url(order) + "#payment")
     try:
-        services.claim_payment(invoice, request.POST.get("tx_hash", ""))
+        claims.claim_payment(invoice, request.POST.get("tx_hash", ""))
     except BookingRefused as exc:
         for message in exc.messages:
             messages.error(request, message)
@@ -117,18 +115,3 @@ def pdf_response(issued: Receipt) -> HttpResponse:
     name = f"receipt-{issued.label}-{issued.order.reference}.pdf"
     response["Content-Disposition"] = f'inline; filename="{name}"'
     return response
-
-
-@require_POST
-def billing(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
-    """Whom the receipt is made out to (the order page's form): saved, or the order page
-    again with the form's errors."""
-    order = order_by_link(reference, secret)
-    form = BillingForm(request.POST)
-    if not form.is_valid():  # the order page again, the errors at their fields
-        from reservations.order_page import order_page
-
-        return order_page(request, order, status=400, billing_form=form)
-    receipts.save_billing(order, **form.cleaned_data)
-    messages.success(request, _("Your billing details are saved."))
-    return redirect(order_url(order) + "#receipt")

@@ -205,7 +205,7 @@ def access_closes_at(job: ProvisioningJob) -> datetime:
 
 
 def follow_moved_booking(*, order: Order, old_hold: Hold, new_hold: Hold, **_: object) -> None:
-    """``reservations.signals.booking_moved``: a lot's job follows its booking to the new lot
+    """``reservations.events.booking_moved``: a lot's job follows its booking to the new lot
     while nothing of the order is on the old one yet; once its preparation has begun there
     (a grant), the move is refused: the operator holds or ends that access first."""
     job = (

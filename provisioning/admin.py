@@ -13,10 +13,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from infra.records import ReadOnlyInline, RecordAdmin
 from provisioning import services
 from provisioning.models import AccessGrant, ProvisioningJob, SplitTest
 from provisioning.report import part, split_test_summary
-from reservations.records import ReadOnlyInline, RecordAdmin
 from reservations.services import Actor
 
 

@@ -1,8 +1,9 @@
 """Where the host-side steps run.
 
-Both backends run the same shipped scripts (provisioning/host/*.sh) and the same benchmark
-(provisioning/validation/benchmark.py), and install the same split-test command
-(provisioning/validation/gpulots.py) in each account, through the same five calls:
+Both backends run the same shipped scripts (provisioning/host/*.sh) and the same benchmark,
+and install the same split-test command in each account, each as the one file built from
+its package (provisioning/validation/build.py: benchmark.pyz, gpulots.py), through the same
+five calls (``Backend``):
 
 - ``LocalBackend`` runs them on this machine inside a sandbox folder, one per host, with
   no real system accounts: for `make run`, the demo and most tests.
@@ -13,6 +14,10 @@ The benchmark measures the lot's cards and only them: both backends start it wit
 lot's host device indices in CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES (the names the
 accounts get from assign_cards.sh) and ROCR_VISIBLE_DEVICES removed, and pass them as
 ``--cards``; the benchmark checks that it sees exactly those devices before it measures.
+
+This module is what every backend shares (the calls, the errors, the limits, the cards'
+variables) and the local backend; provisioning.ssh builds on it, and provisioning.hosts
+picks the configured one (``backend_for``).
 
 Errors say what failed: ``StepFailed`` (a step's script failed; retried), its subclass
 ``HostUnreachable`` (no connection, SSH refused, a timeout; retried with backoff) and
@@ -35,12 +40,10 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
+from provisioning.validation import build
 from reservations.models import Host
 
 HOST_SCRIPTS = Path(__file__).resolve().parent / "host"
-BENCHMARK = Path(__file__).resolve().parent / "validation" / "benchmark.py"
-TOOL = Path(__file__).resolve().parent / "validation" / "gpulots.py"
-"""``gpulots split-test``: installed in every delivered account (install_tool.sh)."""
 SCRIPT_TIMEOUT = 120
 REVOKE_TIMEOUT = 600
 """revoke.sh looks through the host's filesystems for the account's files: more time."""
@@ -81,8 +84,8 @@ class Backend(Protocol):
         """The account's authorized keys become ``keys`` (OpenSSH lines)."""
 
     def install_tool(self, host: Host, account: str, order: str) -> None:
-        """The ``gpulots`` command (TOOL) in the account, with ``order`` (the order's facts,
-        JSON) beside it."""
+        """The ``gpulots`` command (build.tool(), one file) in the account, with ``order``
+        (the order's facts, JSON) beside it."""
 
     def run_validation(
         self, host: Host, report_name: str, arguments: list[str], *, cards: str
@@ -140,15 +143,6 @@ def is_report(text: str) -> bool:
         return False
 
 
-def backend_for(host: Host) -> Backend:
-    """The configured backend (PROVISIONING_BACKEND)."""
-    if settings.PROVISIONING_BACKEND == "ssh":
-        from provisioning.ssh import SshBackend
-
-        return SshBackend()
-    return LocalBackend()
-
-
 class LocalBackend:
     """The scripts on this machine, each host a folder under ``root``."""
 
@@ -190,7 +184,7 @@ class LocalBackend:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
             handle.write(order)
         try:
-            self.script(host, "install_tool", account, str(TOOL), handle.name)
+            self.script(host, "install_tool", account, str(build.tool()), handle.name)
         finally:
             Path(handle.name).unlink(missing_ok=True)
 
@@ -205,7 +199,8 @@ class LocalBackend:
         out.parent.mkdir(exist_ok=True)
         if out.exists():  # a retry after the run finished: keep that report
             return str(out)
-        command = [sys.executable, str(BENCHMARK), "--out", str(out), "--quick", *arguments]
+        program = build.benchmark()  # the one file a host gets, not the package
+        command = [sys.executable, str(program), "--out", str(out), "--quick", *arguments]
         done = subprocess.run(
             [*command, "--cards", cards],
             capture_output=True,

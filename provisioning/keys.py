@@ -6,8 +6,9 @@ the order's current keys on each of its lots' hosts, through the same backend an
 script as the opening (install_keys.sh replaces the whole set: the old keys are gone), and
 only inside the window, under the lot's open grant, for a delivered lot.
 
-It is started after the change commits (``keys_changed``, a receiver of
-``reservations.signals.ssh_keys_changed``) as a Celery task retried on a host fault, and
+It is started after the change commits (provisioning.receivers.install_changed_keys, a
+receiver of ``reservations.events.ssh_keys_changed``) as a Celery task retried on a host
+fault, and
 by the opening itself when the keys changed while it ran. It reads the keys from the
 database each time, so a retry, a duplicate message or a late one installs the current
 keys, never an older set; the audit trail records each installation with its fingerprints,
@@ -23,7 +24,8 @@ from django.core.mail import mail_admins
 from django.db import transaction
 from django.utils import timezone
 
-from provisioning.backends import Backend, StepFailed, backend_for
+from provisioning.backends import Backend, StepFailed
+from provisioning.hosts import backend_for
 from provisioning.models import AccessGrant, ProvisioningJob
 from reservations.models import Order, OrderEvent
 from reservations.services import record_note, system
@@ -110,28 +112,13 @@ def last_installed(job: ProvisioningJob) -> str | None:
 def enqueue(job_id: int) -> None:
     """Start an installation on a worker; a broker away is logged (the keys stay in the
     database, and the next change or the operator's retry installs them)."""
+    # The tasks' module imports this one: its task is looked up when first queued.
     from provisioning.tasks import install_ssh_keys
 
     try:
         install_ssh_keys.delay(job_id)
     except Exception:
         log.warning("ssh key installation not queued", exc_info=True, extra={"job": job_id})
-
-
-def keys_changed(*, order: Order, **_: object) -> None:
-    """``reservations.signals.ssh_keys_changed``: after commit, each lot of the order under an
-    open grant gets its keys installed (the task finds out whether access is open)."""
-    jobs = list(
-        ProvisioningJob.objects.filter(order=order, grant__closed_at__isnull=True).values_list(
-            "pk", flat=True
-        )
-    )
-
-    def enqueue_all() -> None:
-        for job_id in jobs:
-            enqueue(job_id)
-
-    transaction.on_commit(enqueue_all)
 
 
 def installation_failed(job_id: int, error: str) -> None:

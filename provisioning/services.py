@@ -18,8 +18,12 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from provisioning import access
-from provisioning.backends import Backend, HostKeyRefused, StepFailed, backend_for
+from provisioning import keys as key_change
+from provisioning.backends import Backend, HostKeyRefused, StepFailed
+from provisioning.events import access_closed, access_opened, order_approved, report_ready
+from provisioning.hosts import backend_for
 from provisioning.models import AccessGrant, ProvisioningJob
+from provisioning.ssh import fingerprint
 from reservations import notifications
 from reservations.errors import InvalidTransition
 from reservations.models import Hold, Host, Order
@@ -30,7 +34,8 @@ log = logging.getLogger(__name__)
 
 
 def approve_order(order: Order, *, actor: Actor) -> None:
-    """paid → approved: one provisioning job per booked lot, started after commit."""
+    """paid → approved: one provisioning job per booked lot; ``order_approved`` announced
+    (its receiver starts what is due after commit)."""
     with transaction.atomic():
         if not transition(
             order,
@@ -46,23 +51,15 @@ def approve_order(order: Order, *, actor: Actor) -> None:
         )
         for lot in lots:
             ProvisioningJob.objects.get_or_create(order=order, lot_id=lot)
-        # Approval schedules: what is due now (a window that starts within the preparation
-        # lead, or has started) is started at once; the rest by the periodic tick.
-        transaction.on_commit(lambda: _tick_order(order.pk))
-
-
-def _tick_order(order_id: int) -> None:
-    from provisioning.schedule import tick
-
-    try:
-        tick(order_id=order_id)
-    except Exception:  # the tick runs again within a minute and catches up
-        log.warning("approval: the schedule did not run", exc_info=True)
+        # What is due now (a window that starts within the preparation lead, or has started)
+        # is started by the receiver after commit; the rest by the periodic tick.
+        order_approved.announce(order_id=order.pk)
 
 
 def enqueue_job(job_id: int) -> None:
     """Start a job's remaining steps on a worker. If the broker is away, the tick starts it
     again (schedule.resume_stalled)."""
+    # The tasks' module imports this one: its task is looked up when first queued.
     from provisioning.tasks import provision_lot
 
     try:
@@ -200,6 +197,7 @@ def _run_steps(
             if step == "fetch_report":
                 report = backend.fetch_report(host, report_path)
                 ProvisioningJob.objects.filter(pk=job.pk).update(report=report)
+                report_ready.announce(order_id=job.order_id, job_id=job.pk)
                 if (
                     _devices_wrong(report)
                     or acceptance_failures(report, sandbox=sandbox)
@@ -268,6 +266,7 @@ def _open_access(
         )
         if delivered:
             access.record_keys(job, now=now)
+            access_opened.announce(order_id=job.order_id, job_id=job.pk)
     if not delivered:
         if mine.exists():  # still this run's: held, so nobody may log in
             authorize("")
@@ -277,8 +276,6 @@ def _open_access(
     job.refresh_from_db()
     activate_if_ready(job.order_id)
     if keys_of(job) != keys:  # changed while this run opened it: the current ones go in too
-        from provisioning import keys as key_change
-
         key_change.enqueue(job.pk)
     return job
 
@@ -555,8 +552,6 @@ def flag_host_key(host: Host, refused: HostKeyRefused) -> None:
 def pin_presented_host_key(host: Host, checked_fingerprint: str) -> bool:
     """The operator, having checked the presented key's fingerprint on the host, pins it:
     only if the key stored now is the one with that fingerprint (not one presented since)."""
-    from provisioning.ssh import fingerprint
-
     presented = (
         Host.objects.filter(pk=host.pk).values_list("ssh_host_key_presented", flat=True).first()
     )
@@ -658,6 +653,7 @@ def _revoke_lots(
                 status=ProvisioningJob.Status.REVOKED, revoked_at=now
             )
             access.close_grant(job, now=now)
+            access_closed.announce(order_id=job.order_id, job_id=job.pk)
     return failures
 
 
@@ -686,15 +682,9 @@ def remind_before_end(*, now: datetime | None = None) -> int:
     return sent
 
 
-def auto_approve(order: Order) -> None:
-    if settings.PROVISIONING_AUTO_APPROVE:
-        approve_order(order, actor=system("auto-approve"))
-
-
 __all__ = [
     "StepFailed",
     "approve_order",
-    "auto_approve",
     "fail_job",
     "hold_access",
     "pin_presented_host_key",

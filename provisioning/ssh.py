@@ -6,8 +6,9 @@ new". A host with no pinned key, or presenting another one, is refused with the 
 presented, which the operator checks out of band before pinning it.
 
 The scripts travel on standard input (``bash -s``); files (the researcher's keys, the
-benchmark) are written by ``cat`` from standard input too, so nothing but a POSIX shell,
-bash and the environment's Python is needed on a host. With real accounts on and a
+benchmark and the split-test command, each one file built by provisioning/validation/build.py)
+are written by ``cat`` from standard input too, as bytes, so nothing but a POSIX shell, bash
+and the environment's Python is needed on a host. With real accounts on and a
 provisioning user other than root, the scripts run under ``sudo -n`` (the user needs
 password-less sudo for them).
 """
@@ -28,12 +29,10 @@ from django.conf import settings
 from django.core.checks import Error, register
 
 from provisioning.backends import (
-    BENCHMARK,
     BENCHMARK_TIMEOUT,
     HIDDEN,
     HOST_SCRIPTS,
     SCRIPT_TIMEOUT,
-    TOOL,
     HostKeyRefused,
     HostUnreachable,
     StepFailed,
@@ -43,6 +42,7 @@ from provisioning.backends import (
     still_running,
     visible_devices,
 )
+from provisioning.validation import build
 from reservations.models import Host
 
 T = TypeVar("T")
@@ -141,16 +141,19 @@ class SshBackend:
     def install_tool(self, host: Host, account: str, order: str) -> None:
         async def steps(session: Session) -> None:
             incoming = f"{self.remote_dir}/incoming/{uuid.uuid4().hex}"
-            uploads = ((f"{incoming}.py", TOOL.read_text()), (f"{incoming}.json", order))
+            uploads = (
+                (f"{incoming}.py", build.tool().read_bytes()),  # a zipapp: bytes, not text
+                (f"{incoming}.json", order.encode()),
+            )
             try:
-                for path, text in uploads:
+                for path, data in uploads:
                     await self._run(
                         session,
                         host,
                         "upload the split-test tool",
                         f"umask 022 && mkdir -p {shlex.quote(self.remote_dir)}/incoming "
                         f"&& cat > {shlex.quote(path)}",
-                        stdin=text,
+                        stdin=data,
                     )
                 await self._script(session, host, "install_tool", account, *(p for p, _ in uploads))
             finally:
@@ -166,7 +169,8 @@ class SshBackend:
     ) -> str:
         pinned = [f"{name}={value}" for name, value in visible_devices(cards).items()]
         report = f"{self.remote_dir}/reports/{report_name}.json"
-        program = f"{self.remote_dir}/bin/benchmark.py"
+        program = f"{self.remote_dir}/bin/benchmark.pyz"
+        shipped = build.benchmark().read_bytes()  # the one file, built here: a zip, bytes
 
         async def steps(session: Session) -> str:
             found = await session.run(f"test -s {shlex.quote(report)}", timeout=SCRIPT_TIMEOUT)
@@ -178,7 +182,7 @@ class SshBackend:
                 "upload the benchmark",
                 f"mkdir -p {shlex.quote(self.remote_dir)}/bin {shlex.quote(self.remote_dir)}"
                 f"/reports && cat > {shlex.quote(program)}",
-                stdin=BENCHMARK.read_text(),
+                stdin=shipped,
             )
             # The host ends it at the timeout, so a dropped session leaves no benchmark behind
             # to compete with the retry's for the cards. It sees the lot's cards, no others.
@@ -331,14 +335,26 @@ class SshBackend:
         step: str,
         command: str,
         *,
-        stdin: str | None = None,
+        stdin: str | bytes | None = None,
         timeout: int = SCRIPT_TIMEOUT,
     ) -> str:
-        if stdin == "":  # asyncssh sends no end-of-file after an empty input: say it plainly
+        """``command`` on the host, ``stdin`` its input: text, or bytes written as they are
+        (the shipped files are zips); its output as text, StepFailed if it exits non-zero."""
+        if stdin is not None and len(stdin) == 0:
+            # asyncssh sends no end-of-file after an empty input: say it plainly
             done = await session.run(command, stdin=asyncssh.DEVNULL, timeout=timeout)
+        elif isinstance(stdin, bytes):
+            done = await session.run(command, input=stdin, encoding=None, timeout=timeout)
         else:
             done = await session.run(command, input=stdin, timeout=timeout)
         if done.exit_status != 0:
-            error = str(done.stderr or "").strip()[-500:]
+            error = _text(done.stderr).strip()[-500:]
             raise StepFailed(f"{step} on {host.name}: exit {done.exit_status}: {error}")
-        return str(done.stdout or "")
+        return _text(done.stdout)
+
+
+def _text(output: object) -> str:
+    """A command's output as text, whether the session read it as text or as bytes."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return str(output or "")

@@ -10,12 +10,12 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
 from provisioning import report as v2
-from provisioning.backends import TOOL
 from provisioning.models import ProvisioningJob, SplitTest
 from provisioning.services import api_root
 from provisioning.templatetags.provisioning import live_context
+from provisioning.validation import build
+from reservations.links import order_by_link
 from reservations.models import Order
-from reservations.views import order_by_link
 
 
 def _job(reference: str, secret: str, job_id: int) -> tuple[Order, ProvisioningJob]:
@@ -113,8 +113,10 @@ def split_test_json(
 
 def split_test_tool(request: HttpRequest) -> HttpResponse:
     """``gpulots.py``, the split-test command every delivered account has, for anywhere
-    else with PyTorch: ``python gpulots.py split-test --help``."""
-    response = HttpResponse(TOOL.read_bytes(), content_type="text/x-python; charset=utf-8")
+    else with PyTorch: ``python gpulots.py split-test --help``. The same one file (a zipapp)
+    the accounts get, under the same name."""
+    tool = build.tool().read_bytes()
+    response = HttpResponse(tool, content_type="text/x-python; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="gpulots.py"'
     return response
 

@@ -6,6 +6,5 @@ class ReservationsConfig(AppConfig):
     verbose_name = "Reservations"
 
     def ready(self) -> None:
-        from config import formats
-
-        formats.install()
+        # The receivers connect to their events.
+        from reservations import receivers  # noqa: F401

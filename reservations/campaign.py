@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from config.mail import send_templated
+from infra.mail import send_templated
 from reservations import notifications
 from reservations.errors import MESSAGES
 from reservations.models import Checkpoint, EarlyEndRequest, Order, Window

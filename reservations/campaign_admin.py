@@ -8,9 +8,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy
 
+from infra.records import ReadOnlyInline, RecordAdmin, ask_reason
 from reservations import campaign
 from reservations.models import Checkpoint, EarlyEndRequest
-from reservations.records import ReadOnlyInline, RecordAdmin
 from reservations.services import Actor
 
 
@@ -55,8 +55,6 @@ class EarlyEndRequestAdmin(RecordAdmin):
     def answer_requests(
         self, request: HttpRequest, queryset: QuerySet[EarlyEndRequest]
     ) -> HttpResponse | None:
-        from reservations.admin import ask_reason
-
         answer, page = ask_reason(
             self,
             request,

@@ -220,7 +220,7 @@ class MoveRefused(Exception):
     """A booking cannot move to the lot asked for; ``message`` says why in one plain sentence,
     shown to the operator as it is.
 
-    ``reservations.signals.booking_moved`` receivers raise it to veto a move (e.g. access
+    ``reservations.events.booking_moved`` receivers raise it to veto a move (e.g. access
     already delivered on the old lot); ``move_booking`` lets it propagate, so its transaction
     rolls back and nothing changes.
     """

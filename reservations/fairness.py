@@ -2,7 +2,7 @@
 
 An anonymous client once held 94 % of all lot-days of the booking horizon with 38 guest
 orders in 3.7 s, renewing them by booking again. A *party* is everything that identifies who
-is booking: the client's network address (as ``config.clients`` reads it, behind trusted
+is booking: the client's network address (as ``infra.clients`` reads it, behind trusted
 proxies only), the contact address's mailbox (``+tags`` dropped), the signed-in account. Two
 orders sharing any of these belong to one party. While a party's orders are unpaid:
 
@@ -34,8 +34,8 @@ from django.db.models import F, Q, Sum
 from django.http import HttpRequest
 
 from accounts.models import User
-from config.clients import client_key as client_ident
-from config.identity import NotAnAddress, mailbox_of
+from infra.clients import client_key as client_ident
+from infra.identity import NotAnAddress, mailbox_of
 from reservations import availability
 from reservations.errors import UnpaidLimitReached
 from reservations.models import WINDOW_DAYS, HardwareKind, Order
@@ -55,7 +55,7 @@ class Party:
 
 
 def client_key(ident: str) -> str:
-    """A keyed hash of a client identity (config.clients): the order keeps no address."""
+    """A keyed hash of a client identity (infra.clients): the order keeps no address."""
     digest = hmac.new(settings.SECRET_KEY.encode(), f"client:{ident}".encode(), hashlib.sha256)
     return digest.hexdigest()[:32]
 

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from reservations import availability, notifications
 from reservations.errors import BookingRefused, LotNotFree, MoveRefused, refusal
+from reservations.events import booking_moved
 from reservations.models import Hold, Lot, Order
 from reservations.services import Actor, is_exclusion_violation, record_note
-from reservations.signals import booking_moved
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def move_booking(hold: Hold, to_lot: Lot, *, actor: Actor, reason: str) -> Hold:
 
     All or nothing, in one transaction: the old hold is released and the new one inserted,
     an audit entry says "booking moved from <lot> to <lot>: <reason>", receivers of
-    ``signals.booking_moved`` run (any of them may veto with ``MoveRefused``) and, after
+    ``events.booking_moved`` run (any of them may veto with ``MoveRefused``) and, after
     commit, the researcher is mailed in the order's language. Raises ``MoveRefused`` (the
     hold no longer counts, the order ended, the same lot, another kind, a lot not active, a
     receiver's veto) or its subclass ``LotNotFree`` (another hold overlaps on ``to_lot``),

@@ -441,6 +441,8 @@ class Order(models.Model):
         (STATUS_CANCELLED, _("cancelled")),
     )
     HOLDING_STATUSES = (STATUS_AWAITING_PAYMENT, STATUS_PAID, STATUS_APPROVED, STATUS_ACTIVE)
+    PAID_STATUSES = (STATUS_PAID, STATUS_APPROVED, STATUS_ACTIVE, STATUS_COMPLETED)
+    """An order in these was paid and keeps its money (a receipt is issued for it)."""
     """Statuses in which the order's holds count against capacity."""
 
     reference = models.CharField(max_length=32, unique=True, editable=False)

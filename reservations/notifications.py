@@ -9,8 +9,9 @@ from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone, translation
+from django.utils.crypto import salted_hmac
 
-from config.mail import send_templated
+from infra.mail import send_templated
 from reservations.models import Order
 
 log = logging.getLogger(__name__)
@@ -18,16 +19,21 @@ log = logging.getLogger(__name__)
 
 def order_link(order: Order) -> str:
     with translation.override(order.language):
-        path = reverse("reservations:order", args=[order.reference, order.secret])
+        path = reverse("pages:order", args=[order.reference, order.secret])
     return f"{settings.SITE_URL}{path}"
 
 
-def confirm_link(order: Order) -> str:
-    from reservations.services import contact_token
+def contact_token(order: Order) -> str:
+    """The key of the confirmation link mailed to the order's contact address: only a
+    reader of that mailbox (or of the order page's link, which the booker already has)
+    can present it."""
+    return salted_hmac("reservations.contact", f"{order.reference}:{order.secret}").hexdigest()[:32]
 
+
+def confirm_link(order: Order) -> str:
     with translation.override(order.language):
         path = reverse(
-            "reservations:confirm_contact",
+            "pages:confirm_contact",
             args=[order.reference, order.secret, contact_token(order)],
         )
     return f"{settings.SITE_URL}{path}"
@@ -127,10 +133,8 @@ def enqueue_order_mail(order: Order, name: str) -> None:
     """After commit, hand ``name`` to a worker; a broker outage is logged, never raised."""
 
     def enqueue() -> None:
-        from reservations.tasks import send_order_mail as task
-
         try:
-            task.delay(order.pk, name)
+            _queue("send_order_mail", order.pk, name)
         except Exception:  # any broker failure: the state change stands
             log.warning("order mail not queued", exc_info=True, extra={"order": order.reference})
 
@@ -142,10 +146,8 @@ def enqueue_order_placed(order: Order) -> None:
     sends it later. Placing the order never fails because of mail."""
 
     def enqueue() -> None:
-        from reservations.tasks import send_order_placed as task
-
         try:
-            task.delay(order.pk)
+            _queue("send_order_placed", order.pk)
         except Exception:  # any broker failure: the database still says "not mailed"
             log.warning(
                 "order mail not queued; the catch-up will send it",
@@ -154,3 +156,10 @@ def enqueue_order_placed(order: Order) -> None:
             )
 
     transaction.on_commit(enqueue)
+
+
+def _queue(task: str, *args: object) -> None:
+    # The tasks' module imports this one: its tasks are looked up when first queued.
+    from reservations import tasks
+
+    getattr(tasks, task).delay(*args)

@@ -25,7 +25,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field, Model
 
-from config.prepared import execute_prepared
+from infra.prepared import execute_prepared
 from reservations.models import Hold, Lot, Order, OrderEvent, OrderSshKey
 
 CATALOGUE_SQL = """

@@ -354,7 +354,7 @@ def _shared(key: str, seconds: int, read: Callable[[], T]) -> T:
     One reading serves every process for its ``seconds`` (Redis holds it with the time it
     ends); each process keeps a copy until that same end, so most requests skip Redis and
     the unpickling of model rows. Nothing is served past its reading's end.
-    Not ``cache.get_or_set``: its ``add`` raises while Redis is down (config.cache)."""
+    Not ``cache.get_or_set``: its ``add`` raises while Redis is down (infra.cache)."""
     if not seconds:
         return read()
     now = _clock()

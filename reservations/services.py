@@ -17,10 +17,9 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
-from django.utils.crypto import salted_hmac
 
 from accounts.models import User
-from config.identity import canonical_email
+from infra.identity import canonical_email
 from reservations import availability, fairness, notifications, placement
 from reservations.errors import (
     BookingRefused,
@@ -28,6 +27,14 @@ from reservations.errors import (
     KeysLocked,
     LotUnavailable,
     refusal,
+)
+from reservations.events import (
+    order_cancelled,
+    order_expired,
+    order_paid,
+    order_paid_late,
+    order_placed,
+    ssh_keys_changed,
 )
 from reservations.models import (
     MODEL_MICRO_BATCH,
@@ -39,7 +46,7 @@ from reservations.models import (
     OrderEvent,
     OrderSshKey,
 )
-from reservations.signals import ssh_keys_changed
+from reservations.notifications import contact_token
 from reservations.ssh_keys import SshKeyError, parse_public_keys
 from reservations.validation import OrderRequest, ValidRequest, catalogue_refusals, validate
 
@@ -64,6 +71,14 @@ class Actor:
 
 
 RESEARCHER = Actor("researcher")
+
+
+def actor_on_link(user: Any, order: Order) -> Actor:
+    """Who acts through an order's link (``user``: the request's, maybe anonymous): its
+    signed-in owner by name; anyone else holding the link is "researcher"."""
+    if user.is_authenticated and order.user_id == user.pk:
+        return Actor.of(user)
+    return RESEARCHER
 
 
 def system(task: str) -> Actor:
@@ -110,13 +125,16 @@ def place_order(
     now = now or timezone.now()
     valid = validate(request, now)
     if party is None:
-        return _place(request, valid, user, None, now)
+        order = _place(request, valid, user, None, now)
+        order_placed.announce(order_id=order.pk)
+        return order
     with transaction.atomic():
         # The party's placements one after the other; bad input and capacity answer first,
         # then the limits, counting this order in (a refusal rolls it back).
         fairness.lock(party, fairness.mailbox_key(request.contact_email))
         order = _place(request, valid, user, party, now)
         fairness.check(order, party, now=now)
+        order_placed.announce(order_id=order.pk)
         return order
 
 
@@ -266,13 +284,6 @@ def _new_rows(
 # --------------------------------------------------------------------------- contact
 
 
-def contact_token(order: Order) -> str:
-    """The key of the confirmation link mailed to the order's contact address: only a
-    reader of that mailbox (or of the order page's link, which the booker already has)
-    can present it."""
-    return salted_hmac("reservations.contact", f"{order.reference}:{order.secret}").hexdigest()[:32]
-
-
 def confirm_contact(order: Order, token: str, *, now: datetime | None = None) -> bool:
     """The contact address proved itself: its mails may now carry the booker's text and an
     unpaid order keeps its lots for the full hold, counted from the booking.
@@ -369,6 +380,7 @@ def mark_paid(order: Order, *, actor: Actor, reason: str) -> bool:
         return False
     Hold.objects.filter(order=order, status=Hold.Status.HELD).update(status=Hold.Status.BOOKED)
     notifications.enqueue_order_mail(order, "order_paid")
+    order_paid.announce(order_id=order.pk)
     return True
 
 
@@ -415,6 +427,7 @@ def reinstate_paid(order: Order, *, actor: Actor, reason: str) -> None:
             actor=actor,
             reason=reason,
         )
+        order_paid_late.announce(order_id=order.pk)
     notifications.enqueue_order_mail(order, "order_paid")
 
 
@@ -450,28 +463,8 @@ def release_unpaid(order: Order, *, now: datetime, reason: str) -> bool:
         if expired:
             _release_holds(order, now)
             notifications.enqueue_order_mail(order, "order_expired")
+            order_expired.announce(order_id=order.pk)
     return expired
-
-
-def expire_order(order: Order, *, now: datetime | None = None) -> bool:
-    """Expire one unpaid order whose hold time has passed and release its lots — unless a
-    payment mined before its deadline (by block time) keeps it, or its invoices' chain has
-    not been read up to the deadline yet (payments.expiry decides). True if this call
-    expired it."""
-    from payments import expiry
-
-    expired = expiry.close_at_deadline(order.pk, now=now) == expiry.EXPIRED
-    if expired:
-        order.status = Order.STATUS_EXPIRED
-    return expired
-
-
-def expire_unpaid_holds(*, now: datetime | None = None, limit: int = 500) -> int:
-    """Expire every unpaid order past its hold time that no payment mined in time keeps
-    (payments.expiry); returns how many this call expired."""
-    from payments import expiry
-
-    return expiry.expire_due_orders(now=now, limit=limit)
 
 
 CANCELLABLE = (Order.STATUS_AWAITING_PAYMENT, Order.STATUS_PAID)
@@ -480,9 +473,10 @@ CANCELLABLE = (Order.STATUS_AWAITING_PAYMENT, Order.STATUS_PAID)
 def cancel_order(order: Order, *, actor: Actor, reason: str) -> None:
     """Cancel an order that has not been approved yet and free its lots.
 
-    Raises InvalidTransition when the order is past approval (or already ended). A paid
-    order's money is then all to be refunded: payments flags it in the same transaction
-    (the refund flow asks the researcher for an address).
+    Raises InvalidTransition when the order is past approval (or already ended). Announces
+    ``order_cancelled`` once the cancellation is committed: a paid order's money is then
+    all to be refunded, and payments' receiver flags it (the refund flow asks the
+    researcher for an address).
     """
     if not reason.strip():
         raise BookingRefused({"reason": [refusal("required")]})
@@ -493,10 +487,7 @@ def cancel_order(order: Order, *, actor: Actor, reason: str) -> None:
             current = Order.objects.values_list("status", flat=True).get(pk=order.pk)
             raise InvalidTransition(current, Order.STATUS_CANCELLED)
         _release_holds(order, timezone.now())
-        # payments depends on reservations, not the other way round: imported here.
-        from payments.services import order_cancelled
-
-        order_cancelled(order)
+    order_cancelled.announce(order_id=order.pk)
 
 
 # --------------------------------------------------------------------------- self-service
@@ -532,8 +523,8 @@ def change_ssh_keys(order: Order, text: str, *, actor: Actor, now: datetime | No
     cancelled or expired. False when the keys are the same as before (nothing written).
     Otherwise the keys are replaced under the order's row lock, the order's ``updated_at``
     moves (its page shows them at once), an audit event lists the new fingerprints, and
-    ``signals.ssh_keys_changed`` tells provisioning, which installs them on the hosts where
-    access is open (after commit, from the database).
+    ``events.ssh_keys_changed`` tells provisioning after commit, which installs them on the
+    hosts where access is open (from the database).
     """
     try:
         keys = parse_public_keys(text)
@@ -565,5 +556,5 @@ def change_ssh_keys(order: Order, text: str, *, actor: Actor, now: datetime | No
         )
         order.status = current["status"]
         order.updated_at = now
-        ssh_keys_changed.send(sender=Order, order=order)
+        ssh_keys_changed.announce(order_id=order.pk)
     return True

@@ -6,13 +6,7 @@ from smtplib import SMTPException
 
 from celery import shared_task
 
-from reservations import notifications, services
-
-
-@shared_task(name="reservations.tasks.expire_unpaid_holds", acks_late=True)
-def expire_unpaid_holds() -> int:
-    """Beat runs this every minute; a missed run is caught up by the next one."""
-    return services.expire_unpaid_holds()
+from reservations import campaign, notifications
 
 
 @shared_task(
@@ -50,6 +44,4 @@ def send_missing_order_mails() -> int:
 def send_checkpoint_reminders() -> int:
     """Beat: mail the reminders of 30-day campaigns' checkpoints that are due (catching up
     after downtime, never twice: reservations.campaign)."""
-    from reservations import campaign
-
     return campaign.send_checkpoint_reminders()

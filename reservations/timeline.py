@@ -25,7 +25,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import localtime
 from django.utils.translation import gettext as _
 
-from reservations.models import Lot, Order
+from reservations.models import HardwareKind, Host, Lot, Order
 
 DAY_WIDTH = 16
 """Pixels per day."""
@@ -258,8 +258,6 @@ def _draw(rows: dict[int, Row], holds: list[tuple[Any, ...]], days_shown: float)
 
 def filters() -> dict[str, Any]:
     """The choices of the kind and host filters."""
-    from reservations.models import HardwareKind, Host
-
     return {
         "kinds": list(HardwareKind.objects.order_by("name").values_list("slug", "name")),
         "hosts": list(Host.objects.order_by("name").values_list("name", flat=True)),

@@ -22,7 +22,7 @@ from django.core.validators import validate_email
 from django.db import connection
 from django.utils import timezone
 
-from config.identity import NotAnAddress, canonical_email
+from infra.identity import NotAnAddress, canonical_email
 from reservations.errors import BookingRefused, refusal
 from reservations.models import (
     CHECK_LIMIT,
@@ -48,7 +48,7 @@ TEXT_LIMITS = {
 
 FREE_TEXT = tuple(name for name in TEXT_LIMITS if name != "contact_email")
 """Text typed by the researcher and shown to others (operator desk, mails, pages); the
-address has rules of its own (config.identity)."""
+address has rules of its own (infra.identity)."""
 MAX_LOT_COUNT = 64
 """The most lots one order may ask for (the form, the API and placing the order agree)."""
 

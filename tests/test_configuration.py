@@ -13,8 +13,8 @@ import pytest
 import yaml
 from django.core.exceptions import ImproperlyConfigured
 
-from config import env
-from config.env import READ, database_from_url, env_bool, env_int, env_str
+from infra import env
+from infra.env import READ, database_from_url, env_bool, env_int, env_str
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_SERVICES = ("web", "worker", "clock", "beat")

@@ -14,7 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import User
-from config import desk
+from desk import today as desk
 from payments.models import Chain, DepositAddress, Invoice
 from provisioning.models import ProvisioningJob
 from reservations.models import Host, Order

@@ -96,7 +96,7 @@ def test_only_an_unreachable_database_counts_as_down() -> None:
     import psycopg
     from django.db import OperationalError
 
-    from config.outages import dependency_down
+    from infra.outages import dependency_down
 
     def wrapped(cause: Exception) -> OperationalError:
         error = OperationalError(str(cause))

@@ -1,11 +1,11 @@
-"""Accounts' addresses in their canonical form (config.identity), the one every look-up now
+"""Accounts' addresses in their canonical form (infra.identity), the one every look-up now
 compares exactly. An address with no canonical form, or whose canonical form another account
 already has, is left as it is and said here: it can no longer sign in by link until the
 operator settles it."""
 
 from django.db import IntegrityError, migrations, transaction
 
-from config.identity import NotAnAddress, canonical_email
+from infra.identity import NotAnAddress, canonical_email
 
 
 def canonical_addresses(apps, schema_editor):

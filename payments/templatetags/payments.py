@@ -11,7 +11,8 @@ from django.utils.html import format_html
 from django.utils.timesince import timeuntil
 from django.utils.translation import gettext
 
-from payments import refunds, services
+from payments import invoicing, receipts, refund_due
+from payments.forms import BillingForm
 from payments.models import Invoice
 from payments.panel import panel_for
 from reservations.models import Order
@@ -40,8 +41,8 @@ def panel_context(order: Order) -> dict[str, Any]:
     return {
         "order": order,
         "panel": panel_for(invoice, now) if invoice else None,
-        "assets": services.offered_assets(),
-        "refunds": refunds.lines_for(order, invoices),
+        "assets": invoicing.offered_assets(),
+        "refunds": refund_due.lines_for(order, invoices),
         "now": now,
         "hold_left": _hold_left(order, now) if invoice is None else "",
     }
@@ -76,9 +77,6 @@ def payment_panel(context: template.Context, order: Order) -> dict[str, Any]:
 def order_receipt(context: template.Context, order: Order) -> dict[str, Any]:
     """The order page's receipt part: its links once paid, and the billing details form (the
     one just refused, with its errors, when the page is shown again for it)."""
-    from payments import receipts
-    from payments.forms import BillingForm
-
     form = context.get("billing_form")
     if form is None:
         billing = receipts.billing_of(order)
@@ -100,6 +98,4 @@ def order_receipt(context: template.Context, order: Order) -> dict[str, Any]:
 @register.simple_tag
 def receipt_link(order: Order) -> str:
     """The absolute link to the order's receipt (for mails), or "" while it has none."""
-    from payments import receipts
-
     return receipts.receipt_link(order) if receipts.has_receipt(order) else ""

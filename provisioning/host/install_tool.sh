@@ -3,7 +3,8 @@
 # (the split test on the researcher's own job) and the order's facts it reads: the reference,
 # the lot's job, the hypothesis booked, the API (idempotent: a retry replaces both files).
 #
-#   ~/.gpulots/gpulots.py     the tool (Python 3.9+, its standard library; PyTorch in the job)
+#   ~/.gpulots/gpulots.py     the tool: one file, a zipapp (python runs it whatever its name;
+#                             Python 3.9+, its standard library; PyTorch in the job)
 #   ~/.gpulots/bin/gpulots    runs it with the environment's python3 (GPULOTS_PYTHON to choose)
 #   ~/.gpulots/order.json     {"reference": ..., "job": ..., "hypothesis": ..., "api": ...}
 #
@@ -16,7 +17,8 @@ for path in "$home/.gpulots" "$home/.gpulots/bin" "$home/.gpulots/gpulots.py" \
     # root never writes through a link the account may have planted
     if [[ -L "$path" ]]; then echo "refused: $path is a symbolic link" >&2; exit 4; fi
 done
-head -c 200 "$tool" | grep -q 'gpulots split-test' || { echo "refused: $tool is not the tool" >&2; exit 3; }
+# a zipapp's first entry is its __main__.py, stored as text: its first lines say what it is
+head -c 200 "$tool" | grep -aq 'gpulots split-test' || { echo "refused: $tool is not the tool" >&2; exit 3; }
 mkdir -p "$home/.gpulots/bin"
 install -m 644 "$tool" "$home/.gpulots/gpulots.py"
 install -m 644 "$order" "$home/.gpulots/order.json"

@@ -13,6 +13,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from provisioning.models import ProvisioningJob, SplitTest
+from provisioning.report import ANSWERS, VERDICTS, split_test_summary
+from provisioning.split_tests import summarised
 from reservations.models import Order
 
 register = template.Library()
@@ -41,9 +43,6 @@ def live_context(order: Order, now: datetime | None = None) -> dict[str, Any]:
 def _split_tests(order: Order, jobs: list[ProvisioningJob]) -> dict[str, Any] | None:
     """How many split tests the researcher uploaded, the newest's summary and the report
     page that shows it: one query, and only once a lot is delivered (a report to read)."""
-    from provisioning.report import split_test_summary
-    from provisioning.split_tests import summarised
-
     delivered = [job for job in jobs if job.status in ProvisioningJob.DELIVERED and job.report]
     if not delivered:
         return None
@@ -73,8 +72,6 @@ def order_live(order: Order) -> dict[str, Any]:
 def verdict_of(report: Any) -> str:
     """The report's verdict in the page's language: a version-2 report's by its code (or
     its answer), a version-1 report's sentence as written."""
-    from provisioning.report import ANSWERS, VERDICTS
-
     if not isinstance(report, dict) or not isinstance(report.get("verdict"), dict):
         return ""
     verdict = report["verdict"]

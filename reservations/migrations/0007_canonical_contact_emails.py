@@ -1,9 +1,9 @@
-"""Orders' contact addresses in their canonical form (config.identity), so that a guest order
+"""Orders' contact addresses in their canonical form (infra.identity), so that a guest order
 is attached only to the account whose address is exactly that one."""
 
 from django.db import migrations
 
-from config.identity import NotAnAddress, canonical_email
+from infra.identity import NotAnAddress, canonical_email
 
 
 def canonical_addresses(apps, schema_editor):

@@ -14,7 +14,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from accounts.models import User
-from config.identity import NotAnAddress, canonical_email
+from infra.identity import NotAnAddress, canonical_email
 from reservations.errors import BookingRefused
 from reservations.models import Order
 from reservations.services import place_order

@@ -14,8 +14,8 @@ from django.test import Client
 
 from accounts.models import User
 from accounts.tasks import send_sign_in_link
-from config.env import parse_rate
-from config.identity import mailbox_of
+from infra.env import parse_rate
+from infra.identity import mailbox_of
 from tests.workers import WorkerProcess, wait_for
 
 PER_CLIENT = parse_rate(settings.SIGN_IN_LIMIT_CLIENT)[0]

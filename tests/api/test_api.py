@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from accounts.models import User
 from api.models import ApiToken, hash_token
-from payments import services
+from payments import scanning
 from payments.models import Chain, Invoice
 from reservations.models import Order
 from tests.concurrency import at_once
@@ -252,7 +252,7 @@ def test_invoice_and_claim(client: Client, payments: Payments, ada: tuple[User, 
     )
     # After a partial payment the URI asks for the rest, as the page's QR code does.
     payments.dev.pay_invoice(Invoice.objects.get(order__reference=reference), Decimal("130"))
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     partly = get(client, f"/api/v1/orders/{reference}/invoice/", ada[1]).json()
     assert partly["amount_outstanding"] == "1000000000"
     assert partly["payment_uri"].endswith("&uint256=1000000000")

@@ -14,8 +14,8 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from api.throttles import AddressRateThrottle
-from config import env
-from config.clients import client_address, client_key
+from infra import env
+from infra.clients import client_address, client_key
 from tests.concurrency import at_once
 
 KINDS = "/api/v1/kinds/"  # public: only the per-address throttle applies

@@ -12,7 +12,7 @@ from django.core import mail
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from payments import services
+from payments import scanning
 from payments.models import Chain, Invoice
 from reservations.models import Order
 from tests.browser.conftest import Shots
@@ -230,11 +230,11 @@ def test_a_researcher_pays_and_watches_it_settle_without_reloading(
     page.evaluate("window.stillTheSamePage = true")
 
     scan = Chain.objects.get(pk=committed_payments.chain.pk)
-    services.scan_chain(scan)
+    scanning.scan_chain(scan)
     expect(page.get_by_test_id("payment-status")).to_contain_text("1 von 2", timeout=15_000)
     shots(page, "seen")
     committed_payments.dev.mine(1)
-    services.scan_chain(Chain.objects.get(pk=scan.pk))
+    scanning.scan_chain(Chain.objects.get(pk=scan.pk))
     expect(page.get_by_test_id("payment-status")).to_contain_text("beglichen", timeout=15_000)
     assert page.evaluate("window.stillTheSamePage") is True  # updated in place
     shots(page, "settled")

@@ -15,8 +15,8 @@ from django.utils import timezone, translation
 from playwright.sync_api import Browser, Page, expect
 
 from reservations import availability
+from reservations.links import order_url
 from reservations.services import place_order
-from reservations.views import order_url
 from tests.browser.conftest import DESKTOP, PHONE, Shots
 from tests.browser.test_desk_in_chromium import AXE, axe_violations
 from tests.conftest import RequestFactory, build_inventory

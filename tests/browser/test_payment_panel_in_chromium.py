@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, expect
 
-from payments import services
+from payments import invoicing, scanning
 from payments.models import Chain, Invoice
 from reservations.models import Order
 from reservations.services import place_order
@@ -41,7 +41,7 @@ def partly_paid_order(
     the order, its invoice and the base units still due."""
     build_inventory()
     order = place_order(make_request(lot_count=1, window_days=3, language=language))
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     remaining = pay(payments, invoice, payments.usdc.from_units(invoice.amount_due) * share)
     return order, invoice, remaining
 
@@ -49,7 +49,7 @@ def partly_paid_order(
 def pay(payments: Payments, invoice: Invoice, amount: Decimal) -> int:
     """Pays ``amount`` from the dev wallet, lets the scanner see it; the units still due."""
     payments.dev.pay_invoice(invoice, amount)
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     return int(Invoice.objects.get(pk=invoice.pk).amount_outstanding)
 
 

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, expect
 
-from provisioning.backends import TOOL
 from provisioning.split_tests import attach_split_test
 from reservations.services import Actor
 from tests.browser.conftest import PHONE, Shots
 from tests.browser.test_desk_in_chromium import AXE, WIDE, axe_violations
 from tests.conftest import RequestFactory
 from tests.provisioning import v2_reports
+from tests.provisioning.shipped import TOOL
 from tests.provisioning.test_report_page import delivered
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]

@@ -20,13 +20,13 @@ from django.conf import settings
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from payments import devchain, expiry, services
+from payments import devchain, expiry, invoicing, scanning
 from payments.devchain import DevChain
+from payments.expiry import expire_unpaid_holds
 from payments.models import Asset, Chain, Invoice
 from payments.rpc import RpcUnavailable
 from payments.tasks import scan_open_invoices
 from reservations.models import Hold, Order
-from reservations.services import expire_unpaid_holds
 from tests.conftest import Payments
 
 pytestmark = pytest.mark.django_db
@@ -68,7 +68,7 @@ class Beat:
 
     @classmethod
     def start(cls, chain: Payments, order: Order, asset: Asset) -> Beat:
-        invoice = services.create_invoice(order, asset)
+        invoice = invoicing.create_invoice(order, asset)
         head = chain.dev.w3.eth.get_block("latest")["timestamp"]
         now = datetime.fromtimestamp(head + 2, tz=UTC)
         deadline = now + HOLD_LEFT
@@ -118,7 +118,7 @@ class Beat:
     def scan(self) -> None:
         chain = Chain.objects.get(pk=self.chain.chain.pk)
         try:
-            services.scan_chain(chain, now=self.now)
+            scanning.scan_chain(chain, now=self.now)
         except RpcUnavailable:
             pass  # the task logs "scan delayed"; the next cycle tries again
         else:
@@ -297,7 +297,7 @@ def test_a_full_payment_confirming_across_the_deadline_is_paid(
 def test_the_scanner_ends_the_holds_it_has_read_up_to(payments: Payments, order: Order) -> None:
     """Beat's scan task, on the wall clock: after its cycle, the dust-paid order whose
     deadline it read past is expired, its lot released."""
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice, Decimal("0.000001"))
     mined = payments.dev.w3.eth.get_block("latest")["timestamp"]
     deadline = datetime.fromtimestamp(mined + 1, tz=UTC)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from payments import devchain, services
+from payments import claims, devchain, invoicing, scanning
 from payments.devchain import DevChain
 from payments.models import Chain, Invoice
 from payments.tasks import scan_open_invoices
@@ -18,7 +18,7 @@ from tests.workers import WorkerProcess, wait_for
 
 
 def paid_and_confirmed(payments: Payments, order: Order) -> Invoice:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(2)
     return invoice
@@ -50,7 +50,7 @@ def test_an_anvil_restart_is_survived(tmp_path: Path, order: Order) -> None:
     dev.deploy()
     chain = devchain.configure(dev.url, confirmations=2)
     usdc = chain.assets.get(symbol="USDC")
-    invoice = services.create_invoice(order, usdc)
+    invoice = invoicing.create_invoice(order, usdc)
     dev.pay_invoice(invoice)
     node.terminate()  # anvil writes its state on the way out
     node.wait(timeout=10)
@@ -76,7 +76,7 @@ def test_two_workers_settle_an_invoice_exactly_once(
     order = place_order(make_request(lot_count=1, window_days=3))
     invoice = paid_and_confirmed(committed_payments, order)
     chain = Chain.objects.get(pk=committed_payments.chain.pk)
-    scans = at_once(3, lambda _: services.scan_chain(chain, only=[invoice.pk]).settled)
+    scans = at_once(3, lambda _: scanning.scan_chain(chain, only=[invoice.pk]).settled)
     settled = [pk for scan in scans for pk in scan]  # type: ignore[union-attr]
     assert settled == [invoice.pk]
     assert OrderEvent.objects.filter(order=order, to_status=Order.STATUS_PAID).count() == 1
@@ -89,11 +89,11 @@ def test_ive_paid_is_verified_by_a_real_worker(
 ) -> None:
     build_inventory()
     order = place_order(make_request(lot_count=1, window_days=3))
-    invoice = services.create_invoice(order, committed_payments.usdc)
+    invoice = invoicing.create_invoice(order, committed_payments.usdc)
     tx = committed_payments.dev.pay_invoice(invoice)
     committed_payments.dev.mine(2)
 
-    services.claim_payment(invoice, tx)  # enqueues verify_invoice after commit
+    claims.claim_payment(invoice, tx)  # enqueues verify_invoice after commit
 
     assert wait_for(lambda: Order.objects.get(pk=order.pk).status == Order.STATUS_PAID), (
         celery_worker.log()
@@ -109,7 +109,7 @@ def test_a_lost_verification_message_loses_nothing(
 ) -> None:
     invoice = paid_and_confirmed(payments, order)
     with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
-        services.claim_payment(invoice, "")
+        claims.claim_payment(invoice, "")
     assert len(callbacks) == 1  # the verification task that would have been sent: dropped
     assert scan_open_invoices() == 1  # beat's scanner finds the payment from the database
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID

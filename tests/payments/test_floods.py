@@ -25,7 +25,7 @@ from redis import Redis
 
 from accounts.models import User
 from api.models import ApiToken
-from payments import devchain, services
+from payments import claims, devchain, invoicing, scanning
 from payments.derivation import address_at
 from payments.models import Asset, Chain, CoinChoice, DepositAddress, Invoice
 from payments.tasks import scan_open_invoices, verify_invoice
@@ -86,10 +86,10 @@ def new_order(make_request: RequestFactory) -> Order:
 def test_it_queues_one_verification_for_many_concurrent_claims(
     committed_payments: Payments, broker_queue: BrokerQueue, make_request: RequestFactory
 ) -> None:
-    invoice = services.create_invoice(new_order(make_request), committed_payments.usdc)
+    invoice = invoicing.create_invoice(new_order(make_request), committed_payments.usdc)
     hashes = [f"0x{i:064x}" for i in range(1, 26)]
 
-    outcomes = at_once(len(hashes), lambda i: services.claim_payment(invoice, hashes[i]))
+    outcomes = at_once(len(hashes), lambda i: claims.claim_payment(invoice, hashes[i]))
 
     assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
     assert broker_queue.verifications(invoice) == 1  # was one per claim
@@ -104,12 +104,12 @@ def test_a_later_claims_hash_is_checked_by_the_pending_verification(
 ) -> None:
     dev = committed_payments.dev
     order = new_order(make_request)
-    invoice = services.create_invoice(order, committed_payments.usdc)
+    invoice = invoicing.create_invoice(order, committed_payments.usdc)
     unrelated = dev.pay_token(address_at(999), 1)  # a real transfer, to someone else
-    services.claim_payment(invoice, unrelated)
+    claims.claim_payment(invoice, unrelated)
     paying = dev.pay_invoice(invoice)
     dev.mine(2)
-    services.claim_payment(invoice, paying)  # the researcher corrects the hash
+    claims.claim_payment(invoice, paying)  # the researcher corrects the hash
 
     (message,) = broker_queue.messages()  # still the one verification
     assert message["headers"]["task"] == VERIFY
@@ -132,9 +132,9 @@ def test_claims_right_after_a_check_wait_for_the_next_one(
     broker_queue: BrokerQueue,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     with django_capture_on_commit_callbacks(execute=True):
-        services.claim_payment(invoice, "")
+        claims.claim_payment(invoice, "")
     verify_invoice.apply(args=(invoice.pk,))
     invoice.refresh_from_db()
     assert invoice.claim_checked_at is not None
@@ -143,7 +143,7 @@ def test_claims_right_after_a_check_wait_for_the_next_one(
 
     with django_capture_on_commit_callbacks(execute=True):
         for _ in range(50):
-            services.claim_payment(invoice, "")
+            claims.claim_payment(invoice, "")
 
     assert broker_queue.verifications(invoice) == 1  # the first claim's; 50 more wait
     assert Invoice.objects.get(pk=invoice.pk).verification_due_at == invoice.verification_due_at
@@ -156,14 +156,14 @@ def test_beat_queues_due_verifications_and_lost_ones_again(
     broker_queue: BrokerQueue,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     with django_capture_on_commit_callbacks() as dropped:
-        services.claim_payment(invoice, "")
+        claims.claim_payment(invoice, "")
     assert len(dropped) == 1  # the message that would have been sent: lost
-    assert services.dispatch_verifications() == 0  # queued a moment ago: not yet taken as lost
-    later = timezone.now() + services.VERIFICATION_LEASE + timedelta(seconds=1)
-    assert services.dispatch_verifications(now=later) == 1
-    assert services.dispatch_verifications(now=later) == 0  # once
+    assert claims.dispatch_verifications() == 0  # queued a moment ago: not yet taken as lost
+    later = timezone.now() + claims.VERIFICATION_LEASE + timedelta(seconds=1)
+    assert claims.dispatch_verifications(now=later) == 1
+    assert claims.dispatch_verifications(now=later) == 0  # once
     assert broker_queue.verifications(invoice) == 1
 
     broker_queue.redis.delete(broker_queue.name)
@@ -173,7 +173,7 @@ def test_beat_queues_due_verifications_and_lost_ones_again(
     assert due > timezone.now()
     assert scan_open_invoices() == 0
     assert broker_queue.verifications(invoice) == 0  # not due yet
-    assert services.dispatch_verifications(now=due) == 1  # beat queues the next check
+    assert claims.dispatch_verifications(now=due) == 1  # beat queues the next check
 
 
 @pytest.mark.django_db(transaction=True)
@@ -182,12 +182,12 @@ def test_a_flood_of_claims_is_verified_once_by_a_real_worker(
     committed_payments: Payments, celery_worker: WorkerProcess, make_request: RequestFactory
 ) -> None:
     order = new_order(make_request)
-    invoice = services.create_invoice(order, committed_payments.usdc)
+    invoice = invoicing.create_invoice(order, committed_payments.usdc)
     tx = committed_payments.dev.pay_invoice(invoice)
     committed_payments.dev.mine(2)
     seen = len(celery_worker.log())
 
-    at_once(25, lambda _: services.claim_payment(invoice, tx))
+    at_once(25, lambda _: claims.claim_payment(invoice, tx))
 
     paid = wait_for(lambda: Order.objects.get(pk=order.pk).status == Order.STATUS_PAID)
     assert paid, celery_worker.log()
@@ -243,7 +243,7 @@ def test_concurrent_switches_between_two_coins_make_two_invoices(
     order = new_order(make_request)
     coins = (committed_payments.usdc, committed_payments.eth)
 
-    outcomes = at_once(16, lambda i: services.create_invoice(order, coins[i % 2]))
+    outcomes = at_once(16, lambda i: invoicing.create_invoice(order, coins[i % 2]))
 
     assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
     assert Invoice.objects.filter(order=order).count() == 2
@@ -255,23 +255,23 @@ def test_concurrent_switches_between_two_coins_make_two_invoices(
 def test_the_same_coin_or_one_chosen_before_needs_no_chain(
     payments: Payments, order: Order
 ) -> None:
-    usdc = services.create_invoice(order, payments.usdc)
-    services.create_invoice(order, payments.eth)
+    usdc = invoicing.create_invoice(order, payments.usdc)
+    invoicing.create_invoice(order, payments.eth)
     Chain.objects.filter(pk=payments.chain.pk).update(
         rpc_url=f"http://127.0.0.1:{devchain.free_port()}"  # the node is down
     )
     asset = Asset.objects.get(pk=payments.usdc.pk)
-    assert services.create_invoice(order, asset).pk == usdc.pk
-    assert services.create_invoice(order, asset).pk == usdc.pk  # the same coin again
+    assert invoicing.create_invoice(order, asset).pk == usdc.pk
+    assert invoicing.create_invoice(order, asset).pk == usdc.pk  # the same coin again
     assert current(order).pk == usdc.pk
 
 
 @pytest.mark.django_db
 def test_an_expired_invoice_is_not_reused(payments: Payments, order: Order) -> None:
-    first = services.create_invoice(order, payments.usdc)
-    services.create_invoice(order, payments.eth)
+    first = invoicing.create_invoice(order, payments.usdc)
+    invoicing.create_invoice(order, payments.eth)
     Invoice.objects.filter(pk=first.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    again = services.create_invoice(order, payments.usdc)
+    again = invoicing.create_invoice(order, payments.usdc)
     assert again.pk != first.pk
     assert again.deposit_address != first.deposit_address
 
@@ -285,7 +285,7 @@ def test_it_refuses_switches_beyond_the_limit_with_a_clear_message_and_changes_n
     _record, token = ApiToken.issue(user, "pipeline")
     Order.objects.filter(pk=order.pk).update(user=user)
     for asset in (payments.usdc, payments.eth, payments.usdc):
-        services.create_invoice(order, asset)
+        invoicing.create_invoice(order, asset)
     before = (Invoice.objects.count(), DepositAddress.objects.count(), current(order).pk)
 
     refused = client.post(
@@ -302,13 +302,13 @@ def test_it_refuses_switches_beyond_the_limit_with_a_clear_message_and_changes_n
     assert "The coin of this order was changed too often" in page
     assert "choose another coin again in 60 minutes" in page
     with pytest.raises(RateLimited):
-        services.create_invoice(order, payments.eth)
+        invoicing.create_invoice(order, payments.eth)
 
     after = (Invoice.objects.count(), DepositAddress.objects.count(), current(order).pk)
     assert after == before
     assert CoinChoice.objects.filter(order=order).count() == 3
     # The coin in use again is no switch: still answered.
-    assert services.create_invoice(order, payments.usdc).pk == before[2]
+    assert invoicing.create_invoice(order, payments.usdc).pk == before[2]
 
 
 @pytest.mark.django_db
@@ -322,24 +322,24 @@ def test_it_refuses_more_open_invoices_than_allowed(
         contract_address=payments.dev.deploy_token("Dai", "DAI", 6),
         decimals=6,
     )
-    first = services.create_invoice(order, payments.usdc)
-    services.create_invoice(order, payments.eth)
+    first = invoicing.create_invoice(order, payments.usdc)
+    invoicing.create_invoice(order, payments.eth)
     with pytest.raises(BookingRefused) as refused:
-        services.create_invoice(order, dai)
+        invoicing.create_invoice(order, dai)
     assert refused.value.error_dict["asset"][0].code == "too_many_open_invoices"
     assert "already has 2 invoices waiting for payment" in refused.value.messages[0]
     assert Invoice.objects.filter(order=order).count() == 2
 
     Invoice.objects.filter(pk=first.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert services.create_invoice(order, dai).asset == dai  # one expired: room again
+    assert invoicing.create_invoice(order, dai).asset == dai  # one expired: room again
 
 
 @pytest.mark.django_db
 def test_a_superseded_invoice_stays_watched(payments: Payments, order: Order) -> None:
-    old = services.create_invoice(order, payments.usdc)
-    services.create_invoice(order, payments.eth)
+    old = invoicing.create_invoice(order, payments.usdc)
+    invoicing.create_invoice(order, payments.eth)
     payments.dev.pay_invoice(old)  # paid to the address shown before the switch
     payments.dev.mine(2)
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     assert Invoice.objects.get(pk=old.pk).status == Invoice.STATUS_SETTLED
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID

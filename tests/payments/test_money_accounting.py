@@ -19,7 +19,7 @@ from web3.types import Wei
 
 from accounts.models import User
 from api.serializers import InvoiceSerializer
-from payments import devchain, services
+from payments import claims, devchain, invoicing, nodes, refunds, scanning
 from payments.derivation import address_at
 from payments.models import Chain, Invoice, Transfer
 from reservations.models import Order, OrderEvent
@@ -31,8 +31,8 @@ pytestmark = pytest.mark.django_db
 CHANGELIST = "admin:payments_invoice_changelist"
 
 
-def scan(payments: Payments) -> services.ScanReport:
-    return services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+def scan(payments: Payments) -> scanning.ScanReport:
+    return scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
 
 
 def fresh(invoice: Invoice) -> Invoice:
@@ -64,7 +64,7 @@ def act(desk: Client, action: str, invoice: Invoice, **extra: str) -> list[str]:
 def test_a_second_payment_to_a_settled_invoice_is_recorded_and_flagged_for_refund(
     payments: Payments, order: Order, desk: Client
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     due = int(invoice.amount_due)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(1)
@@ -111,8 +111,8 @@ def test_a_second_payment_to_a_settled_invoice_is_recorded_and_flagged_for_refun
 def test_money_reaching_a_refunded_invoice_is_flagged_again(
     payments: Payments, order: Order
 ) -> None:
-    old = services.create_invoice(order, payments.usdc)
-    current = services.create_invoice(order, payments.eth)  # replaces the USDC invoice
+    old = invoicing.create_invoice(order, payments.usdc)
+    current = invoicing.create_invoice(order, payments.eth)  # replaces the USDC invoice
     payments.dev.pay_invoice(current)
     payments.dev.mine(1)
     scan(payments)
@@ -126,7 +126,7 @@ def test_money_reaching_a_refunded_invoice_is_flagged_again(
         reason=f"invoice {late.pk}: 500 USDC to refund (the order is already paid by another "
         "invoice)"
     ).exists()
-    services.mark_refunded(late, actor=Actor("operator@example.org"), reason="sent back")
+    refunds.mark_refunded(late, actor=Actor("operator@example.org"), reason="sent back")
     assert (fresh(old).status, int(fresh(old).amount_to_refund)) == (Invoice.STATUS_INVALID, 0)
     payments.dev.pay_token(old.deposit_address.address, 7)  # and again, after the refund
     payments.dev.mine(1)
@@ -145,7 +145,7 @@ def test_amounts_are_summed_exactly_in_base_units(payments: Payments, order: Ord
     payments.dev.wait(
         token.functions.mint(devchain.PAYER, 2 * huge).transact({"from": devchain.DEPLOYER})
     )
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     Invoice.objects.filter(pk=invoice.pk).update(amount_due=Decimal(huge + 1))
     address = invoice.deposit_address.address
 
@@ -184,7 +184,7 @@ def test_amounts_are_summed_exactly_in_base_units(payments: Payments, order: Ord
 
 
 def test_amounts_just_around_the_due_amount(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     due = int(invoice.amount_due)
     payments.dev.pay_token(invoice.deposit_address.address, due - 1)
     payments.dev.mine(1)
@@ -217,16 +217,16 @@ def _claims_checked_at_once(settings: Any) -> None:
 
 def claimed(payments: Payments, invoice: Invoice, tx_hash: str) -> Invoice:
     """ "I've paid" with ``tx_hash``, and its one verification run (as the worker does)."""
-    services.claim_payment(invoice, tx_hash)
+    claims.claim_payment(invoice, tx_hash)
     assert fresh(invoice).verification_queued_at is not None
-    services.verify_claim(invoice.pk)
+    claims.verify_claim(invoice.pk)
     return fresh(invoice)
 
 
 def test_the_claims_answer_says_what_a_token_transaction_did(
     payments: Payments, order: Order, client: Client
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     address = invoice.deposit_address.address
     due = int(invoice.amount_due)
     token = payments.dev.contract("TestToken", devchain.USDC)
@@ -261,7 +261,7 @@ def test_the_claims_answer_says_what_a_token_transaction_did(
 def test_the_claims_answer_says_what_an_eth_transaction_did(
     payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.eth)
+    invoice = invoicing.create_invoice(order, payments.eth)
     address = invoice.deposit_address.address
     zero = payments.dev.pay_eth(address, 0)
     answer = claimed(payments, invoice, zero)
@@ -283,12 +283,12 @@ def test_the_claims_answer_says_what_an_eth_transaction_did(
             {"from": devchain.PAYER, "to": Web3.to_checksum_address(address), "value": Wei(1)}
         )
         invoice.claim_tx_hash = "0x" + waiting.hex().removeprefix("0x")
-        client = services.client_for(payments.chain)
-        assert services.check_claim(invoice, client) == "pending"
+        client = nodes.client_for(payments.chain)
+        assert claims.check_claim(invoice, client) == "pending"
     finally:
         w3.provider.make_request("evm_setAutomine", [True])
     payments.dev.mine(1)
-    assert services.check_claim(invoice, client) == "pays_invoice"
+    assert claims.check_claim(invoice, client) == "pays_invoice"
 
 
 # --------------------------------------------------------------------------- finding 9
@@ -297,8 +297,8 @@ def test_the_claims_answer_says_what_an_eth_transaction_did(
 def test_accepting_a_second_invoice_of_a_paid_order_is_refused_with_a_message(
     payments: Payments, order: Order, desk: Client
 ) -> None:
-    old = services.create_invoice(order, payments.usdc)
-    current = services.create_invoice(order, payments.eth)
+    old = invoicing.create_invoice(order, payments.usdc)
+    current = invoicing.create_invoice(order, payments.eth)
     payments.dev.pay_invoice(current)
     payments.dev.mine(1)
     scan(payments)
@@ -345,7 +345,7 @@ def test_accepting_a_second_invoice_of_a_paid_order_is_refused_with_a_message(
 def test_the_late_payment_actions_answer_every_state_with_a_message(
     payments: Payments, order: Order, desk: Client
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     assert act(desk, "accept_late_payments", invoice) == [
         f"{invoice}: Only a confirmed payment that arrived late can be accepted."
     ]
@@ -371,10 +371,10 @@ def test_the_late_payment_actions_answer_every_state_with_a_message(
 def test_a_paid_order_cancelled_owes_its_whole_payment_back(
     payments: Payments, order: Order
 ) -> None:
-    from payments import refunds
+    from payments import refund_due
     from reservations.services import cancel_order, system
 
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(2)
     scan(payments)
@@ -384,7 +384,7 @@ def test_a_paid_order_cancelled_owes_its_whole_payment_back(
     cancelled = fresh(invoice)
     assert cancelled.status == Invoice.STATUS_SETTLED  # it was paid: the money is recorded
     assert cancelled.amount_to_refund == cancelled.amount_due
-    assert refunds.owed_units(cancelled) == int(cancelled.amount_due)
+    assert refund_due.owed_units(cancelled) == int(cancelled.amount_due)
     note = OrderEvent.objects.filter(order=order, reason__contains="cancelled after it was paid")
     assert note.exists()
     # A later scan keeps it owed (the cancelled order keeps none of it).

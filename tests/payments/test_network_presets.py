@@ -17,7 +17,7 @@ from django.test import Client
 from eth_utils import is_checksum_address
 
 from accounts.models import User
-from payments import devchain, services
+from payments import devchain, invoicing
 from payments.admin import AssetForm
 from payments.models import Asset, Chain, DepositAddress, Invoice
 from payments.networks import PRESETS, NetworkPreset, preset_named
@@ -195,7 +195,7 @@ def test_loading_every_preset_leaves_them_inactive_and_the_dev_chain_as_it_was()
             asset.full_clean()
     # Nothing of theirs is offered: their chains are off; the dev chain's USDC still is, and
     # setting the dev chain up again works as before.
-    assert {a.chain_id for a in services.offered_assets()} == {dev.pk}
+    assert {a.chain_id for a in invoicing.offered_assets()} == {dev.pk}
     assert devchain.configure("http://127.0.0.1:8545") == dev
     assert snapshot(dev) == before
 
@@ -344,7 +344,7 @@ def test_nothing_is_invoiced_on_a_preset_chain_before_its_node_answers(
     # Turned on behind the desk's back: still no invoice until the coin is checked.
     Chain.objects.filter(pk=base.pk).update(is_active=True)
     with pytest.raises(RpcUnavailable):
-        services.create_invoice(order, usdc)
+        invoicing.create_invoice(order, usdc)
     response = client.post(
         f"/en/orders/{order.reference}/{order.secret}/payment/asset/",
         {"asset": usdc.pk},

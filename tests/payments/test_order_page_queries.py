@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from payments import panel, services
+from payments import invoicing, panel
 from payments.models import Invoice
 from reservations.models import Order
 from tests.conftest import Payments
@@ -47,7 +47,7 @@ def test_an_order_awaiting_its_coin_costs_four_statements(
 def test_an_order_with_an_invoice_to_pay_costs_four_statements(
     client: Client, payments: Payments, order: Order, django_assert_max_num_queries: Any
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     order_page(client, order)
     with django_assert_max_num_queries(4):  # no refunds query: nothing was ever paid in
         html = order_page(client, order)
@@ -58,7 +58,7 @@ def test_an_order_with_an_invoice_to_pay_costs_four_statements(
 def test_a_paid_order_costs_at_most_seven_statements(
     client: Client, payments: Payments, order: Order, django_assert_max_num_queries: Any
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     settle(invoice, order)
     order_page(client, order)
     # order, invoices, transfers (confirmations, tx hashes), refunds of the paid invoice,
@@ -81,7 +81,7 @@ def test_the_qr_code_is_made_once_for_the_same_request(
 
     panel.qr_svg.cache_clear()
     monkeypatch.setattr(panel.segno, "make", counting)
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     first = order_page(client, order)
     second = order_page(client, order)
     assert len(made) == 1, made
@@ -94,7 +94,7 @@ def test_the_qr_code_is_made_once_for_the_same_request(
 def test_the_qr_code_follows_what_is_still_due(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     before = panel.payment_uri(invoice)
     Invoice.objects.filter(pk=invoice.pk).update(amount_seen=invoice.amount_due // 2)
     invoice.refresh_from_db()

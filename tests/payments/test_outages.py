@@ -23,7 +23,7 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from accounts.models import User
 from api.models import ApiToken
-from payments import devchain, services
+from payments import claims, devchain, invoicing
 from payments.devchain import DevChain
 from payments.models import Chain, Invoice
 from payments.tasks import scan_open_invoices
@@ -54,7 +54,7 @@ def owned_invoice(make_request: RequestFactory, asset: Any) -> Owned:
     user = User.objects.create_user("ada@example.org")
     _record, token = ApiToken.issue(user, "pipeline")
     order = place_order(make_request(lot_count=1, window_days=3), user=user)
-    return Owned(order, services.create_invoice(order, asset), token)
+    return Owned(order, invoicing.create_invoice(order, asset), token)
 
 
 def delayed(client: Client, owned: Owned) -> tuple[bool, bool, Any]:
@@ -190,7 +190,7 @@ def test_with_redis_down_reads_answer_and_writes_get_a_json_503(
 def test_a_claim_whose_verification_cannot_be_queued_is_queued_by_beat_later(
     payments: Payments, order: Order, client: Client, django_capture_on_commit_callbacks: Any
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     with (
         mock.patch(
             "payments.tasks.verify_invoice.delay", side_effect=BrokerOperationalError("down")
@@ -203,7 +203,7 @@ def test_a_claim_whose_verification_cannot_be_queued_is_queued_by_beat_later(
     assert invoice.claimed_at is not None
     assert invoice.verification_queued_at is None  # free: dispatch_verifications sends it
     with mock.patch("payments.tasks.verify_invoice.delay") as sent:
-        assert services.dispatch_verifications() == 1
+        assert claims.dispatch_verifications() == 1
     sent.assert_called_once_with(invoice.pk)
 
 

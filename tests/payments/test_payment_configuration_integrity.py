@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from accounts.models import User
 from api.models import ApiToken
-from payments import devchain, services, tasks
+from payments import claims, devchain, invoicing, scanning, settlement, tasks
 from payments.admin import AssetForm
 from payments.derivation import address_at, fingerprint
 from payments.devchain import DevChain
@@ -63,8 +63,8 @@ def state(invoice: Invoice) -> tuple[str, str]:
     return invoice.status, invoice.exception
 
 
-def scan(chain: Chain) -> services.ScanReport:
-    return services.scan_chain(Chain.objects.get(pk=chain.pk))
+def scan(chain: Chain) -> scanning.ScanReport:
+    return scanning.scan_chain(Chain.objects.get(pk=chain.pk))
 
 
 def api_token(order: Order) -> str:
@@ -109,7 +109,7 @@ def test_the_service_refuses_a_coin_that_is_not_offered(
     else:
         Asset.objects.filter(pk=payments.usdc.pk).update(is_active=False)
     with pytest.raises(BookingRefused) as refused:
-        services.create_invoice(order, payments.usdc)  # the caller's stale object says active
+        invoicing.create_invoice(order, payments.usdc)  # the caller's stale object says active
     assert refused.value.error_dict["asset"][0].code == "invalid_choice"
     assert not Invoice.objects.exists()
 
@@ -117,17 +117,17 @@ def test_the_service_refuses_a_coin_that_is_not_offered(
 def test_the_service_refuses_the_current_invoice_again_once_its_chain_is_turned_off(
     payments: Payments, order: Order
 ) -> None:
-    services.create_invoice(order, payments.usdc)
+    invoicing.create_invoice(order, payments.usdc)
     Chain.objects.filter(pk=payments.chain.pk).update(is_active=False)
     with pytest.raises(BookingRefused) as refused:
-        services.create_invoice(order, payments.usdc)
+        invoicing.create_invoice(order, payments.usdc)
     assert refused.value.error_dict["asset"][0].code == "invalid_choice"
 
 
 def test_a_payment_on_a_chain_turned_off_is_recorded_but_never_settles_by_itself(
     payments: Payments, order: Order, operator_mail: list[Any], eager_tasks: None
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)  # made while the chain was active
+    invoice = invoicing.create_invoice(order, payments.usdc)  # made while the chain was active
     Chain.objects.filter(pk=payments.chain.pk).update(is_active=False)  # then retired
     tx = payments.dev.pay_invoice(invoice)  # tokens anyone may mint there
     payments.dev.mine(3)
@@ -137,8 +137,8 @@ def test_a_payment_on_a_chain_turned_off_is_recorded_but_never_settles_by_itself
     assert Transfer.objects.filter(invoice=invoice, tx_hash=tx).exists()
     assert state(invoice) == (Invoice.STATUS_PROCESSING, "")
     # "I've paid" verifies the same way.
-    services.claim_payment(invoice, tx)
-    services.verify_claim(invoice.pk)
+    claims.claim_payment(invoice, tx)
+    claims.verify_claim(invoice.pk)
     assert state(invoice) == (Invoice.STATUS_PROCESSING, "")
     assert Invoice.objects.get(pk=invoice.pk).claim_result == "pays_invoice"
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_AWAITING_PAYMENT
@@ -155,14 +155,14 @@ def test_a_payment_on_a_chain_turned_off_is_recorded_but_never_settles_by_itself
     assert state(invoice) == (Invoice.STATUS_EXPIRED, Invoice.EXCEPTION_PAID_LATE)
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_AWAITING_PAYMENT
     assert len([m for m in operator_mail if "is held" in m.subject]) == 1
-    services.accept_late_payment(invoice, actor=Actor("operator"))
+    settlement.accept_late_payment(invoice, actor=Actor("operator"))
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID
 
 
 def test_a_payment_in_a_coin_turned_off_settles_once_it_is_turned_on_again(
     payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.eth)
+    invoice = invoicing.create_invoice(order, payments.eth)
     Asset.objects.filter(pk=payments.eth.pk).update(is_active=False)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(3)
@@ -191,10 +191,10 @@ def test_a_contract_with_18_decimals_configured_as_6_is_never_invoiced(
         chain=payments.chain, symbol="USDT", contract_address=usdt_18, decimals=6
     )
     with pytest.raises(BookingRefused) as refused:
-        services.create_invoice(order, usdt)
+        invoicing.create_invoice(order, usdt)
     assert refused.value.error_dict["asset"][0].code == "asset_misconfigured"
     assert "Choose another coin" in refused.value.messages[0]
-    assert usdt not in services.offered_assets()
+    assert usdt not in invoicing.offered_assets()
 
     token = api_token(order)
     answer = choose_by_api(client, order, token, "USDT")
@@ -215,7 +215,7 @@ def test_a_contract_with_18_decimals_configured_as_6_is_never_invoiced(
 
     # Fixed: invoiced at its true scale, $500 as 500 × 10¹⁸ units.
     Asset.objects.filter(pk=usdt.pk).update(decimals=18)
-    invoice = services.create_invoice(order, usdt)
+    invoice = invoicing.create_invoice(order, usdt)
     assert invoice.amount_due == Decimal(500) * 10**18
 
 
@@ -230,7 +230,7 @@ def test_a_wrong_symbol_or_an_address_without_a_contract_is_refused_before_invoi
     )
     for asset in (wrong_symbol, no_contract):
         with pytest.raises(BookingRefused) as refused:
-            services.create_invoice(order, asset)
+            invoicing.create_invoice(order, asset)
         assert refused.value.error_dict["asset"][0].code == "asset_misconfigured"
     assert not Invoice.objects.exists()
 
@@ -240,11 +240,11 @@ def test_the_check_before_invoicing_asks_the_contract_and_is_then_kept_for_a_whi
 ) -> None:
     settings.PAYMENT_ASSET_CHECK_SECONDS = 300
     client = RpcClient(payments.chain.rpc_url)
-    first = services.create_invoice(order, payments.usdc, client=client)
+    first = invoicing.create_invoice(order, payments.usdc, client=client)
     # eth_chainId, eth_getCode, decimals(), symbol(), then the chain head.
     assert client.requests_made == 5
     Invoice.objects.filter(pk=first.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    services.create_invoice(order, payments.usdc, client=client)  # a new USDC invoice
+    invoicing.create_invoice(order, payments.usdc, client=client)  # a new USDC invoice
     assert client.requests_made == 6  # only the chain head: the check is remembered
 
 
@@ -383,8 +383,8 @@ def test_two_chains_never_share_a_deposit_address(
         chain=other, symbol="USDC", contract_address=devchain.USDC, decimals=6
     )
     second = place_order(make_request(lot_count=1, window_days=3))
-    here = services.create_invoice(order, payments.usdc)
-    there = services.create_invoice(second, usdc_there)
+    here = invoicing.create_invoice(order, payments.usdc)
+    there = invoicing.create_invoice(second, usdc_there)
     assert here.deposit_address.address != there.deposit_address.address
     assert here.deposit_address.index != there.deposit_address.index
 
@@ -405,7 +405,7 @@ def test_indexes_used_before_one_index_space_are_never_handed_out_again(
         DepositAddress.objects.bulk_create(
             DepositAddress(chain=chain, index=i, address=address_at(i)) for i in range(count)
         )
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     assert invoice.deposit_address.index == 7
     assert invoice.deposit_address.address == address_at(7)
     assert invoice.deposit_address.xpub_fingerprint == fingerprint()

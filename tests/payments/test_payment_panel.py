@@ -13,10 +13,10 @@ from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
-from payments import services
+from payments import invoicing, scanning
+from payments.expiry import expire_unpaid_holds
 from payments.models import Chain, Invoice
 from reservations.models import Order
-from reservations.services import expire_unpaid_holds
 from reservations.templatetags.money import units
 from tests.conftest import Payments
 
@@ -47,7 +47,7 @@ def test_the_researcher_chooses_a_coin_and_sees_where_and_how_much(
 
 
 def test_the_panel_speaks_french(client: Client, payments: Payments, order: Order) -> None:
-    services.create_invoice(order, payments.usdc)
+    invoicing.create_invoice(order, payments.usdc)
     html = page(client, order, "fr")
     assert "J\u2019ai payé" in html
     assert "En attente de votre paiement." in html
@@ -56,7 +56,7 @@ def test_the_panel_speaks_french(client: Client, payments: Payments, order: Orde
 def test_a_malformed_hash_is_refused_on_the_page(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     response = client.post(f"{base(order)}/paid/", {"tx_hash": "0x1234"}, follow=True)
     assert "0x followed by 64 hexadecimal digits" in response.content.decode()
     assert Invoice.objects.get(pk=invoice.pk).claimed_at is None
@@ -65,7 +65,7 @@ def test_a_malformed_hash_is_refused_on_the_page(
 def test_ive_paid_records_the_claim(
     client: Client, payments: Payments, order: Order, django_capture_on_commit_callbacks: Any
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     with django_capture_on_commit_callbacks() as callbacks:
         client.post(f"{base(order)}/paid/", {"tx_hash": ""})
     assert len(callbacks) == 1  # the verification task, enqueued after commit
@@ -76,9 +76,9 @@ def test_ive_paid_records_the_claim(
 def test_the_panel_shows_progress_partial_payment_and_delays(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice, invoice.asset.from_units(invoice.amount_due) / 2)
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     html = client.get(f"{base(order)}/").content.decode()
     assert "Partly paid: 250 USDC still due." in html
     assert "250 USDC received; 250 USDC still due." in html
@@ -89,11 +89,11 @@ def test_the_panel_shows_progress_partial_payment_and_delays(
 def test_settling_mails_the_researcher(
     payments: Payments, order: Order, eager_tasks: None, django_capture_on_commit_callbacks: Any
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(2)
     with django_capture_on_commit_callbacks(execute=True):
-        services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+        scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_PAID
     (message,) = mail.outbox
     assert message.subject == f"Payment received for {order.reference}"
@@ -110,9 +110,9 @@ def test_an_expired_hold_mails_the_researcher(
 
 
 def test_a_payment_under_way_keeps_the_hold(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     assert Invoice.objects.get(pk=invoice.pk).status == Invoice.STATUS_PROCESSING
     Order.objects.filter(pk=order.pk).update(hold_expires_at=timezone.now() - timedelta(seconds=1))
     assert expire_unpaid_holds() == 0
@@ -122,13 +122,13 @@ def test_a_payment_under_way_keeps_the_hold(payments: Payments, order: Order) ->
 def test_eth_is_offered_only_while_its_price_is_fresh(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    services.refresh_prices(payments.chain)
-    assert [a.symbol for a in services.offered_assets()] == ["USDC", "ETH"]
+    invoicing.refresh_prices(payments.chain)
+    assert [a.symbol for a in invoicing.offered_assets()] == ["USDC", "ETH"]
     assert "ETH · Local dev chain (anvil)" in page(client, order)
 
     payments.dev.set_price(3000, updated_at=1_000_000)  # stale
-    services.refresh_prices(payments.chain)
-    assert [a.symbol for a in services.offered_assets()] == ["USDC"]
+    invoicing.refresh_prices(payments.chain)
+    assert [a.symbol for a in invoicing.offered_assets()] == ["USDC"]
     html = page(client, order)
     assert "ETH · Local dev chain (anvil)" not in html
     assert "USDC · Local dev chain (anvil)" in html
@@ -167,7 +167,7 @@ def test_the_operator_desk_lists_invoices_and_accepts_a_late_payment(
     from accounts.models import User
 
     client.force_login(User.objects.create_superuser("op@example.org", "a-long-password-1"))
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     Invoice.objects.filter(pk=invoice.pk).update(
         status=Invoice.STATUS_EXPIRED,
         exception=Invoice.EXCEPTION_PAID_LATE,
@@ -197,7 +197,7 @@ def pay_part(payments: Payments, invoice: Invoice, share: Decimal) -> int:
     asset = invoice.asset
     paid = asset.from_units(invoice.amount_due) * share
     payments.dev.pay_invoice(invoice, paid)
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     return int(invoice.amount_due) - asset.to_units(paid)
 
 
@@ -208,7 +208,7 @@ def qr_of(uri: str) -> str:
 def test_after_a_partial_token_payment_everything_asks_only_for_what_is_still_due(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     remaining = pay_part(payments, invoice, Decimal("0.3"))
     invoice.refresh_from_db()
     assert invoice.exception == Invoice.EXCEPTION_PAID_PARTIAL
@@ -231,8 +231,8 @@ def test_after_a_partial_token_payment_everything_asks_only_for_what_is_still_du
 def test_after_a_partial_eth_payment_the_wallet_request_is_the_wei_still_due(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    services.refresh_prices(payments.chain)
-    invoice = services.create_invoice(order, payments.eth)
+    invoicing.refresh_prices(payments.chain)
+    invoice = invoicing.create_invoice(order, payments.eth)
     remaining = pay_part(payments, invoice, Decimal("0.25"))
     uri = f"ethereum:{invoice.deposit_address.address}@{payments.chain.chain_id}?value={remaining}"
     html = client.get(f"{base(order)}/").content.decode()
@@ -246,14 +246,14 @@ def test_after_a_partial_eth_payment_the_wallet_request_is_the_wei_still_due(
 def test_a_token_invoice_says_the_network_fee_needs_the_chains_own_coin(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    services.refresh_prices(payments.chain)
-    services.create_invoice(order, payments.usdc)
+    invoicing.refresh_prices(payments.chain)
+    invoicing.create_invoice(order, payments.usdc)
     html = client.get(f"{base(order)}/").content.decode()
     assert (
         "To send USDC, you also need a little ETH on Local dev chain (anvil) for the network fee."
         in html
     )
-    services.create_invoice(order, payments.eth)
+    invoicing.create_invoice(order, payments.eth)
     assert 'data-testid="fee-note"' not in client.get(f"{base(order)}/").content.decode()
 
 
@@ -269,7 +269,7 @@ def test_the_fee_coin_is_the_presets_native_coin(payments: Payments) -> None:
 def test_without_javascript_there_is_no_dead_button_and_the_deadline_is_written_out(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     html = client.get(f"{base(order)}/").content.decode()
     copies = [line for line in html.splitlines() if 'class="secondary copy"' in line]
     assert len(copies) == 2
@@ -284,9 +284,9 @@ def test_without_javascript_there_is_no_dead_button_and_the_deadline_is_written_
 def test_a_payment_in_full_that_is_confirming_asks_for_nothing_more(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     html = client.get(f"{base(order)}/").content.decode()
     assert "Payment seen: 1 of 2 confirmations." in html
     assert 'data-testid="amount"' not in html
@@ -297,7 +297,7 @@ def test_a_payment_in_full_that_is_confirming_asks_for_nothing_more(
 def test_the_panel_is_never_kept_by_a_cache(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    services.create_invoice(order, payments.usdc)
+    invoicing.create_invoice(order, payments.usdc)
     response = client.get(f"{base(order)}/")
     assert "no-store" in response["Cache-Control"]
 
@@ -313,7 +313,7 @@ def test_an_unpaid_order_puts_its_payment_panel_first_on_a_phone(
 def test_an_invoice_that_expired_partly_paid_says_so_and_asks_for_nothing(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     pay_part(payments, invoice, Decimal("0.5"))
     Invoice.objects.filter(pk=invoice.pk).update(
         status=Invoice.STATUS_EXPIRED, exception=Invoice.EXCEPTION_PAID_PARTIAL

@@ -18,7 +18,7 @@ from django.utils import timezone
 from pypdf import PdfReader
 
 from accounts.models import User
-from payments import receipts, services
+from payments import claims, invoicing, receipts, scanning
 from payments.models import Asset, BillingDetails, Chain, Invoice, Receipt, Transfer
 from reservations.models import Order
 from reservations.services import place_order
@@ -32,15 +32,15 @@ pytestmark = pytest.mark.django_db
 def settle(payments: Payments, order: Order, asset: Asset) -> tuple[Invoice, str]:
     """Pay the order's invoice in ``asset`` from the dev wallet and let the scanner settle it."""
     if asset.is_native:
-        services.refresh_prices(payments.chain)
-    invoice = services.create_invoice(order, asset)
+        invoicing.refresh_prices(payments.chain)
+    invoice = invoicing.create_invoice(order, asset)
     tx_hash = payments.dev.pay_invoice(invoice)
     payments.dev.mine(2)
     if asset.is_native:  # credited by balance: the hash is known from "I've paid"
-        services.claim_payment(invoice, tx_hash)
-        services.verify_claim(invoice.pk)
+        claims.claim_payment(invoice, tx_hash)
+        claims.verify_claim(invoice.pk)
     else:
-        services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+        scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     invoice.refresh_from_db()
     assert invoice.status == Invoice.STATUS_SETTLED
     return invoice, tx_hash
@@ -95,11 +95,11 @@ def test_a_paid_order_gets_a_receipt_with_its_payment(
 def test_a_native_coin_paid_without_a_named_hash_says_how_it_was_credited(
     client: Client, payments: Payments, order: Order
 ) -> None:
-    services.refresh_prices(payments.chain)
-    invoice = services.create_invoice(order, payments.eth)
+    invoicing.refresh_prices(payments.chain)
+    invoice = invoicing.create_invoice(order, payments.eth)
     tx_hash = payments.dev.pay_invoice(invoice)
     payments.dev.mine(2)
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     text = pdf_text(client.get(f"{link(order)}/receipt.pdf").content)
     assert tx_hash not in text
     assert "credited by the balance of the address it was paid to" in text
@@ -194,10 +194,10 @@ def test_the_receipt_is_in_the_orders_language(
 
 
 def test_an_unpaid_order_has_no_receipt(client: Client, payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice, payments.usdc.from_units(int(invoice.amount_due)) / 2)
     payments.dev.mine(2)
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     assert client.get(f"{link(order)}/receipt/").status_code == 404
     assert client.get(f"{link(order)}/receipt.pdf").status_code == 404
     page = client.get(f"{link(order)}/").content.decode()

@@ -20,7 +20,7 @@ from django.utils import timezone
 from web3 import Web3
 
 from accounts.models import User
-from payments import devchain, refunds, services
+from payments import devchain, invoicing, refund_due, refunds, scanning
 from payments.models import Chain, Invoice, Refund
 from reservations.models import Order, OrderEvent
 from reservations.services import Actor, place_order
@@ -76,7 +76,7 @@ def wallet(payments: Payments) -> str:
 
 
 def scan(payments: Payments) -> None:
-    services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+    scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
 
 
 def fresh(invoice: Invoice) -> Invoice:
@@ -85,7 +85,7 @@ def fresh(invoice: Invoice) -> Invoice:
 
 def overpaid(payments: Payments, order: Order) -> Invoice:
     """A USDC invoice paid twice: settled, with the second 500 USDC to send back."""
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(1)
@@ -285,14 +285,14 @@ def test_an_overpayment_goes_back_to_the_researchers_address_once_verified_on_ch
 def test_a_late_payment_refunded_closes_its_expired_invoice(
     payments: Payments, order: Order, wallet: str, desk: Client
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     Invoice.objects.filter(pk=invoice.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
     payments.dev.pay_token(invoice.deposit_address.address, 123_456)
     payments.dev.mine(1)
     scan(payments)
     late = with_address(fresh(invoice))
-    assert (late.status, refunds.owed_units(late)) == (Invoice.STATUS_EXPIRED, 123_456)
-    assert refunds.lines_for(order)[0].why == "late"
+    assert (late.status, refund_due.owed_units(late)) == (Invoice.STATUS_EXPIRED, 123_456)
+    assert refund_due.lines_for(order)[0].why == "late"
 
     tx = payments.dev.pay_token(RESEARCHER, 123_456, sender=WALLET)
     payments.dev.mine(1)
@@ -309,14 +309,14 @@ def test_a_late_payment_refunded_closes_its_expired_invoice(
 def test_an_eth_refund_is_verified_by_the_transactions_value(
     payments: Payments, order: Order, wallet: str, desk: Client
 ) -> None:
-    invoice = services.create_invoice(order, payments.eth)
+    invoice = invoicing.create_invoice(order, payments.eth)
     due = int(invoice.amount_due)
     payments.dev.pay_invoice(invoice)
     payments.dev.pay_eth(invoice.deposit_address.address, 10**15)
     payments.dev.mine(2)
     scan(payments)
     invoice = with_address(fresh(invoice))
-    assert (invoice.status, refunds.owed_units(invoice)) == (Invoice.STATUS_SETTLED, 10**15)
+    assert (invoice.status, refund_due.owed_units(invoice)) == (Invoice.STATUS_SETTLED, 10**15)
 
     stranger = payments.dev.pay_eth(RESEARCHER, 10**15, sender=devchain.PAYER)
     payments.dev.mine(1)
@@ -415,7 +415,7 @@ def test_a_transaction_that_is_not_the_refund_is_rejected_with_the_reason(
     # The desk shows why; the researcher's address may change again; no "confirmed" mail.
     change = desk.get(reverse("admin:payments_invoice_change", args=[invoice.pk])).content.decode()
     assert expected in change
-    assert refunds.lines_for(order)[0].can_change
+    assert refund_due.lines_for(order)[0].can_change
     assert not any("confirmed" in s for s in subjects())
     refunds.check_refunds()  # and it stays rejected
     assert refund_of(invoice).status == Refund.STATUS_REJECTED
@@ -554,7 +554,7 @@ def test_lower_case_and_checksummed_addresses_are_accepted_and_stored_checksumme
 def test_no_address_is_asked_for_an_invoice_that_owes_nothing(
     payments: Payments, order: Order, client: Client, ada: tuple[User, str]
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(1)
     scan(payments)
@@ -692,7 +692,7 @@ def test_beat_verifies_a_recorded_refund_once_it_is_confirmed(
 def test_a_late_payment_on_its_way_back_cannot_be_accepted(
     payments: Payments, order: Order, wallet: str, desk: Client
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     Invoice.objects.filter(pk=invoice.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(1)

@@ -14,10 +14,11 @@ from django.core.cache import cache
 from django.test import override_settings
 from django.utils import timezone
 
-from payments import devchain, services
+from payments import devchain, invoicing, scanning
 from payments.devchain import DevChain
 from payments.devproxy import ProviderProxy
 from payments.models import Chain, Invoice, RpcEndpoint, Transfer
+from payments.nodes import client_for
 from payments.rpc import TRANSFER_TOPIC, RpcUnavailable
 from reservations.models import Order, OrderEvent
 from reservations.services import place_order
@@ -30,8 +31,8 @@ def chain_of(payments: Payments) -> Chain:
     return Chain.objects.get(pk=payments.chain.pk)
 
 
-def scan(payments: Payments) -> services.ScanReport:
-    return services.scan_chain(chain_of(payments))
+def scan(payments: Payments) -> scanning.ScanReport:
+    return scanning.scan_chain(chain_of(payments))
 
 
 def configure(payments: Payments, **fields: object) -> None:
@@ -54,7 +55,7 @@ def test_each_cycle_reads_the_new_blocks_and_the_recheck_window_only(
     payments: Payments, order: Order, proxy: ProviderProxy
 ) -> None:
     configure(payments, reorg_window=4)
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     first = scan(payments)
     assert first.to_block == first.head == head(payments.dev)
     assert chain_of(payments).scanned_block == first.head
@@ -81,11 +82,11 @@ def test_a_refused_range_is_split_until_the_provider_answers(
     proxy.max_range, proxy.max_results = 50, 2
     # Configured above what this provider allows: the scanner learns from its refusals.
     configure(payments, block_range_limit=400, reorg_window=300)
-    invoices = [services.create_invoice(order, payments.usdc)]
+    invoices = [invoicing.create_invoice(order, payments.usdc)]
     for k in range(2):
         later = order.starts_at + timedelta(days=10 * (k + 1))
         other = place_order(make_request(lot_count=1, window_days=3, starts_at=later))
-        invoices.append(services.create_invoice(other, payments.usdc))
+        invoices.append(invoicing.create_invoice(other, payments.usdc))
     payments.dev.mine(300)
     for invoice in invoices:  # three transfers: more results than one query may return
         payments.dev.pay_invoice(invoice)
@@ -111,12 +112,12 @@ def test_a_scanner_back_from_downtime_catches_up_in_bounded_steps(order: Order) 
             Chain.objects.filter(pk=chain.pk).update(block_range_limit=100, reorg_window=8)
             chain.refresh_from_db()
             usdc = chain.assets.get(symbol="USDC")
-            invoice = services.create_invoice(order, usdc)
+            invoice = invoicing.create_invoice(order, usdc)
             # anvil stamps mined blocks a second apart: they run ahead of the wall, so the
             # deadline is moved past them (on time is not the point here).
             later = timezone.now() + timedelta(days=1)
             Invoice.objects.filter(pk=invoice.pk).update(expires_at=later)
-            services.scan_chain(chain)  # the cursor at the invoice's block
+            scanning.scan_chain(chain)  # the cursor at the invoice's block
             # Down for 1,601 blocks; the payment lands in the middle.
             dev.mine(800)
             paid_at = head(dev) + 1
@@ -126,7 +127,7 @@ def test_a_scanner_back_from_downtime_catches_up_in_bounded_steps(order: Order) 
             steps: list[tuple[int, int, bool]] = []
             with override_settings(PAYMENT_SCAN_RANGES_PER_CYCLE=2):
                 for _ in range(12):
-                    report = services.scan_chain(Chain.objects.get(pk=chain.pk))
+                    report = scanning.scan_chain(Chain.objects.get(pk=chain.pk))
                     assert report.from_block is not None
                     assert report.to_block is not None
                     steps.append((report.from_block, report.to_block, report.caught_up))
@@ -155,7 +156,7 @@ def test_a_reorganisation_within_the_window_is_seen_and_one_deeper_is_reported(
     payments: Payments, order: Order
 ) -> None:
     configure(payments, reorg_window=2)
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     before = payments.dev.snapshot()
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(10)
@@ -193,9 +194,9 @@ def test_the_scanner_fails_over_to_a_live_endpoint_and_records_the_dead_ones_hea
     broken = RpcEndpoint.objects.create(
         chain=payments.chain, url=f"http://127.0.0.1:{devchain.free_port()}", priority=20
     )
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     later = order.starts_at + timedelta(days=10)
-    other = services.create_invoice(
+    other = invoicing.create_invoice(
         place_order(make_request(lot_count=1, window_days=3, starts_at=later)), payments.usdc
     )
     payments.dev.pay_invoice(invoice)
@@ -206,7 +207,7 @@ def test_the_scanner_fails_over_to_a_live_endpoint_and_records_the_dead_ones_hea
     assert second.last_ok_at is not None
     assert second.failures == 0
     # The dead first one is tried after the healthy ones for a while: no time lost on it.
-    nodes = services.client_for(chain_of(payments))
+    nodes = client_for(chain_of(payments))
     assert nodes.endpoints[0].url == payments.dev.url
     # With every endpoint dead, the cycle fails and the invoices say checking is delayed.
     RpcEndpoint.objects.filter(pk=second.pk).update(is_active=False)
@@ -247,7 +248,7 @@ def test_a_lying_endpoint_cannot_settle_an_order_when_a_quorum_is_asked(
     payments: Payments, order: Order, make_request: RequestFactory, proxy: ProviderProxy
 ) -> None:
     # Without a quorum the lie is believed: this is what the quorum is for.
-    control = services.create_invoice(order, payments.usdc)
+    control = invoicing.create_invoice(order, payments.usdc)
     payments.dev.mine(1)
     proxy.fabricated.append(fabricated_payment(payments.dev, control, head(payments.dev)))
     payments.dev.mine(2)
@@ -256,7 +257,7 @@ def test_a_lying_endpoint_cannot_settle_an_order_when_a_quorum_is_asked(
     RpcEndpoint.objects.create(chain=payments.chain, url=payments.dev.url, label="honest")
     configure(payments, quorum=2)
     later = order.starts_at + timedelta(days=10)
-    lied_to = services.create_invoice(
+    lied_to = invoicing.create_invoice(
         place_order(make_request(lot_count=1, window_days=3, starts_at=later)), payments.usdc
     )
     payments.dev.mine(1)
@@ -284,7 +285,7 @@ def test_with_a_quorum_a_dead_witness_holds_confirmation_until_it_answers_again(
     with ProviderProxy(payments.dev.url) as witness:
         RpcEndpoint.objects.create(chain=payments.chain, url=witness.url, label="witness")
         configure(payments, quorum=2)
-        invoice = services.create_invoice(order, payments.usdc)
+        invoice = invoicing.create_invoice(order, payments.usdc)
         payments.dev.pay_invoice(invoice)
         payments.dev.mine(2)
         witness.stop()
@@ -303,7 +304,7 @@ def test_read_through_follows_the_cursor_while_it_catches_up(
     payments: Payments, order: Order, proxy: ProviderProxy
 ) -> None:
     configure(payments, block_range_limit=10, reorg_window=2)
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.mine(50)
     # Down since the invoice was made: nothing read since its block.
     configure(payments, scanned_block=invoice.created_block, read_through=None)

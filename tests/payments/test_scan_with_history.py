@@ -10,7 +10,7 @@ import pytest
 from django.db.models.signals import post_init
 from django.utils import timezone
 
-from payments import services
+from payments import invoicing, scanning
 from payments.derivation import fingerprint
 from payments.models import Chain, DepositAddress, Invoice, Transfer
 from reservations.models import Order
@@ -74,7 +74,7 @@ def history(payments: Payments, order: Order, head: int) -> None:
 def test_a_cycle_reads_only_the_transfers_of_the_invoices_it_watches(
     payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     history(payments, order, head=payments.dev.w3.eth.block_number)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(2)
@@ -85,7 +85,7 @@ def test_a_cycle_reads_only_the_transfers_of_the_invoices_it_watches(
 
     post_init.connect(count, sender=Transfer)
     try:
-        report = services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+        report = scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
     finally:
         post_init.disconnect(count, sender=Transfer)
     assert report.settled == [invoice.pk]  # the watched payment is found and settled

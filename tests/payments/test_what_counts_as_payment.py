@@ -10,7 +10,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from payments import devchain, services
+from payments import claims, devchain, invoicing, nodes, refunds, scanning, settlement
 from payments.derivation import address_at
 from payments.devchain import DevChain
 from payments.models import Chain, DepositAddress, Invoice, Transfer
@@ -22,8 +22,8 @@ from tests.conftest import Payments
 pytestmark = pytest.mark.django_db
 
 
-def scan(payments: Payments) -> services.ScanReport:
-    return services.scan_chain(Chain.objects.get(pk=payments.chain.pk))
+def scan(payments: Payments) -> scanning.ScanReport:
+    return scanning.scan_chain(Chain.objects.get(pk=payments.chain.pk))
 
 
 def state(invoice: Invoice) -> tuple[str, str]:
@@ -32,10 +32,10 @@ def state(invoice: Invoice) -> tuple[str, str]:
 
 
 def test_usdc_is_due_at_face_value_at_a_fresh_address(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     assert invoice.amount_due == Decimal(order.total_usd) * 10**6
     assert invoice.deposit_address.address == address_at(invoice.deposit_address.index)
-    other = services.create_invoice(order, payments.eth)
+    other = invoicing.create_invoice(order, payments.eth)
     assert other.deposit_address.address != invoice.deposit_address.address
     assert not Invoice.objects.get(pk=invoice.pk).is_current
 
@@ -43,22 +43,22 @@ def test_usdc_is_due_at_face_value_at_a_fresh_address(payments: Payments, order:
 def test_eth_is_priced_by_the_feed_and_not_offered_when_it_is_stale(
     payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.eth)
+    invoice = invoicing.create_invoice(order, payments.eth)
     assert invoice.usd_per_unit == devchain.ETH_USD
     assert order.total_usd == Decimal("500.00")
     assert invoice.amount_due == Decimal("0.166667") * 10**18  # 500 / 3000, up to 10⁻⁶ ETH
     payments.dev.set_price(devchain.ETH_USD, updated_at=1_000_000)  # 1970: stale
     Invoice.objects.filter(pk=invoice.pk).update(is_current=False)
     with pytest.raises(BookingRefused) as info:
-        services.create_invoice(order, payments.eth)
+        invoicing.create_invoice(order, payments.eth)
     assert info.value.error_dict["asset"][0].code == "asset_unpriced"
-    assert services.create_invoice(order, payments.usdc).asset == payments.usdc  # still works
+    assert invoicing.create_invoice(order, payments.usdc).asset == payments.usdc  # still works
 
 
 def test_a_usdc_payment_settles_once_it_has_enough_confirmations(
     payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
     scan(payments)
     assert state(invoice) == (Invoice.STATUS_PROCESSING, "")  # 1 of 2 confirmations
@@ -78,7 +78,7 @@ def test_a_usdc_payment_settles_once_it_has_enough_confirmations(
 
 
 def test_eth_sent_by_a_contract_counts(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.eth)
+    invoice = invoicing.create_invoice(order, payments.eth)
     payments.dev.pay_invoice(invoice, via_contract=True)
     payments.dev.mine(1)
     scan(payments)
@@ -86,7 +86,7 @@ def test_eth_sent_by_a_contract_counts(payments: Payments, order: Order) -> None
 
 
 def test_a_fake_usdc_never_counts(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_token(
         invoice.deposit_address.address, int(invoice.amount_due), token=devchain.FAKE_USDC
     )
@@ -97,18 +97,18 @@ def test_a_fake_usdc_never_counts(payments: Payments, order: Order) -> None:
 
 
 def test_a_reverted_transaction_never_counts(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     tx = payments.dev.pay_token_reverted(invoice.deposit_address.address, int(invoice.amount_due))
     payments.dev.mine(3)
     scan(payments)
     assert state(invoice) == (Invoice.STATUS_NEW, "")
-    client = services.client_for(payments.chain)
+    client = nodes.client_for(payments.chain)
     invoice.claim_tx_hash = tx
-    assert services.check_claim(invoice, client) == "reverted"
+    assert claims.check_claim(invoice, client) == "reverted"
 
 
 def test_a_transfer_on_another_chain_never_counts(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     port = devchain.free_port()
     other = devchain.start_anvil(port, chain_id=31338)
     try:
@@ -121,7 +121,7 @@ def test_a_transfer_on_another_chain_never_counts(payments: Payments, order: Ord
         assert state(invoice) == (Invoice.STATUS_NEW, "")
         # and a node serving that other chain is refused outright
         Chain.objects.filter(pk=payments.chain.pk).update(rpc_url=f"http://127.0.0.1:{port}")
-        with pytest.raises(services.ChainMismatch):
+        with pytest.raises(nodes.ChainMismatch):
             scan(payments)
     finally:
         other.terminate()
@@ -133,7 +133,7 @@ def test_a_transfer_older_than_the_invoice_never_counts(payments: Payments, orde
     payments.dev.pay_token(upcoming, int(order.total_usd) * 10**6)
     payments.dev.pay_eth(upcoming, 10**18)
     payments.dev.mine(3)
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     assert invoice.deposit_address.address == upcoming
     scan(payments)
     assert state(invoice) == (Invoice.STATUS_NEW, "")
@@ -141,7 +141,7 @@ def test_a_transfer_older_than_the_invoice_never_counts(payments: Payments, orde
     Invoice.objects.filter(pk=invoice.pk).update(is_current=False)
     next_address = address_at(invoice.deposit_address.index + 1)
     payments.dev.pay_eth(next_address, 10**18)
-    eth_invoice = services.create_invoice(order, payments.eth)
+    eth_invoice = invoicing.create_invoice(order, payments.eth)
     assert eth_invoice.deposit_address.address == next_address
     assert eth_invoice.starting_balance == 10**18
     payments.dev.mine(3)
@@ -152,15 +152,15 @@ def test_a_transfer_older_than_the_invoice_never_counts(payments: Payments, orde
 def test_one_transfer_is_never_credited_to_two_invoices(
     payments: Payments, order: Order, make_request: object
 ) -> None:
-    first = services.create_invoice(order, payments.usdc)
+    first = invoicing.create_invoice(order, payments.usdc)
     tx = payments.dev.pay_invoice(first)
     payments.dev.mine(2)
     scan(payments)
     second_order = Order.objects.exclude(pk=order.pk).first() or _another_order(make_request)
-    second = services.create_invoice(second_order, payments.usdc)
+    second = invoicing.create_invoice(second_order, payments.usdc)
     second.claim_tx_hash = tx
-    client = services.client_for(payments.chain)
-    assert services.check_claim(second, client) == "unrelated"
+    client = nodes.client_for(payments.chain)
+    assert claims.check_claim(second, client) == "unrelated"
     scan(payments)
     assert state(second) == (Invoice.STATUS_NEW, "")
     transfer = Transfer.objects.get()
@@ -189,7 +189,7 @@ def _another_order(make_request: object) -> Order:
 def test_a_transfer_removed_by_a_reorganisation_stops_counting(
     payments: Payments, order: Order
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     before = payments.dev.snapshot()
     payments.dev.pay_invoice(invoice)
     scan(payments)
@@ -202,7 +202,7 @@ def test_a_transfer_removed_by_a_reorganisation_stops_counting(
 
 
 def test_partial_then_complete_payment(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     half = invoice.asset.from_units(invoice.amount_due) / 2
     payments.dev.pay_invoice(invoice, half)
     payments.dev.mine(2)
@@ -216,7 +216,7 @@ def test_partial_then_complete_payment(payments: Payments, order: Order) -> None
 
 
 def test_an_overpayment_settles_and_is_flagged(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice, invoice.asset.from_units(invoice.amount_due) + 5)
     payments.dev.mine(2)
     scan(payments)
@@ -224,7 +224,7 @@ def test_an_overpayment_settles_and_is_flagged(payments: Payments, order: Order)
 
 
 def test_a_payment_after_expiry_is_left_to_the_operator(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     Invoice.objects.filter(pk=invoice.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(2)
@@ -234,16 +234,16 @@ def test_a_payment_after_expiry_is_left_to_the_operator(payments: Payments, orde
 
 
 def test_a_claim_with_a_malformed_hash_is_refused(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     for bad in ("0x123", "hello", "0x" + "g" * 64):
         with pytest.raises(BookingRefused) as info:
-            services.claim_payment(invoice, bad)
+            claims.claim_payment(invoice, bad)
         assert info.value.error_dict["tx_hash"][0].code == "invalid_tx_hash"
     assert Invoice.objects.get(pk=invoice.pk).claimed_at is None
 
 
 def test_the_scanner_makes_a_bounded_number_of_requests(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(2)
     report = scan(payments)
@@ -256,18 +256,18 @@ def test_an_asset_can_shorten_how_long_its_invoices_are_payable(
 ) -> None:
     payments.eth.invoice_minutes = 15
     payments.eth.save(update_fields=["invoice_minutes"])
-    invoice = services.create_invoice(order, payments.eth)
+    invoice = invoicing.create_invoice(order, payments.eth)
     assert invoice.expires_at <= timezone.now() + timedelta(minutes=15)
     assert invoice.expires_at < order.hold_expires_at
-    usdc = services.create_invoice(order, payments.usdc)
+    usdc = invoicing.create_invoice(order, payments.usdc)
     assert usdc.expires_at == order.hold_expires_at
 
 
 def _late(payments: Payments, order: Order) -> Invoice:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     Invoice.objects.filter(pk=invoice.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
     Order.objects.filter(pk=order.pk).update(hold_expires_at=timezone.now() - timedelta(minutes=1))
-    from reservations.services import expire_unpaid_holds
+    from payments.expiry import expire_unpaid_holds
 
     assert expire_unpaid_holds() == 1  # nothing seen yet: the hold ends, the lots are freed
     payments.dev.pay_invoice(invoice)
@@ -282,13 +282,13 @@ def test_the_operator_accepts_a_late_payment_while_the_lots_are_free(
 ) -> None:
     invoice = _late(payments, order)
     operator = Actor("operator@example.org")
-    services.accept_late_payment(invoice, actor=operator)
+    settlement.accept_late_payment(invoice, actor=operator)
     order.refresh_from_db()
     assert order.status == Order.STATUS_PAID
     assert order.holds.filter(status=Hold.Status.BOOKED).count() == 1
     assert state(invoice)[0] == Invoice.STATUS_SETTLED
     with pytest.raises(BookingRefused):
-        services.accept_late_payment(Invoice.objects.get(pk=invoice.pk), actor=operator)
+        settlement.accept_late_payment(Invoice.objects.get(pk=invoice.pk), actor=operator)
 
 
 def test_a_late_payment_whose_lots_are_gone_is_refunded(
@@ -301,11 +301,11 @@ def test_a_late_payment_whose_lots_are_gone_is_refunded(
     place_order(taker)
     operator = Actor("operator@example.org")
     with pytest.raises(LotUnavailable):
-        services.accept_late_payment(invoice, actor=operator)
+        settlement.accept_late_payment(invoice, actor=operator)
     assert Order.objects.get(pk=order.pk).status == Order.STATUS_EXPIRED
     with pytest.raises(BookingRefused):
-        services.mark_refunded(invoice, actor=operator, reason=" ")
-    services.mark_refunded(invoice, actor=operator, reason="sent back 500 USDC, tx 0xabc")
+        refunds.mark_refunded(invoice, actor=operator, reason=" ")
+    refunds.mark_refunded(invoice, actor=operator, reason="sent back 500 USDC, tx 0xabc")
     assert state(invoice)[0] == Invoice.STATUS_INVALID
     assert order.events.filter(reason__startswith="refunded: sent back").exists()
 
@@ -315,11 +315,11 @@ def test_an_expired_unpaid_invoice_is_replaced_while_the_hold_lasts(
 ) -> None:
     payments.usdc.invoice_minutes = 5
     payments.usdc.save(update_fields=["invoice_minutes"])
-    first = services.create_invoice(order, payments.usdc)
+    first = invoicing.create_invoice(order, payments.usdc)
     Invoice.objects.filter(pk=first.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     scan(payments)
     assert state(first) == (Invoice.STATUS_EXPIRED, "")
-    second = services.create_invoice(order, payments.usdc)
+    second = invoicing.create_invoice(order, payments.usdc)
     assert second.pk != first.pk
     assert second.deposit_address != first.deposit_address
     payments.dev.pay_invoice(second)
@@ -331,8 +331,8 @@ def test_an_expired_unpaid_invoice_is_replaced_while_the_hold_lasts(
 def test_a_second_invoice_paid_after_the_order_is_paid_is_left_for_a_refund(
     payments: Payments, order: Order
 ) -> None:
-    old = services.create_invoice(order, payments.usdc)
-    current = services.create_invoice(order, payments.eth)  # replaces the USDC invoice
+    old = invoicing.create_invoice(order, payments.usdc)
+    current = invoicing.create_invoice(order, payments.eth)  # replaces the USDC invoice
     payments.dev.pay_invoice(current)
     payments.dev.pay_invoice(old)  # someone pays the replaced address too
     payments.dev.mine(2)
@@ -347,7 +347,7 @@ def test_a_second_invoice_paid_after_the_order_is_paid_is_left_for_a_refund(
 
 def test_fewer_confirmations_than_required_never_settle(payments: Payments, order: Order) -> None:
     Chain.objects.filter(pk=payments.chain.pk).update(confirmations=5)
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
     for _ in range(3):  # 1, 2, 3, 4 confirmations
         scan(payments)
@@ -361,12 +361,12 @@ def test_fewer_confirmations_than_required_never_settle(payments: Payments, orde
 
 
 def test_a_claim_naming_an_unrelated_transaction_says_so(payments: Payments, order: Order) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     elsewhere = payments.dev.pay_token(address_at(999), 10**6)
     invoice.claim_tx_hash = elsewhere
-    assert services.check_claim(invoice, services.client_for(payments.chain)) == "unrelated"
+    assert claims.check_claim(invoice, nodes.client_for(payments.chain)) == "unrelated"
     invoice.claim_tx_hash = "0x" + "ab" * 32
-    assert services.check_claim(invoice, services.client_for(payments.chain)) == "not_found"
+    assert claims.check_claim(invoice, nodes.client_for(payments.chain)) == "not_found"
     scan(payments)
     assert state(invoice) == (Invoice.STATUS_NEW, "")
 

@@ -24,9 +24,9 @@ import pytest
 from provisioning.backends import LocalBackend, StepFailed
 from provisioning.ssh import SshBackend, run_to_end
 from reservations.models import Host
+from tests.provisioning.shipped import BENCHMARK
 from tests.sshd import Sshd, start_sshd
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "provisioning" / "validation" / "benchmark.py"
 DEVICE_MISMATCH = 3  # the benchmark's documented exit status (EXIT_DEVICE_MISMATCH)
 FOUR_LOTS = Host(name="four-lots", address="127.0.0.1")
 """A host whose cards 0..7 are four lots; nothing here needs it in the database."""

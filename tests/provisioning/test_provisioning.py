@@ -222,14 +222,14 @@ def test_the_order_page_shows_how_to_connect_and_the_report(
 def test_the_payment_panel_of_an_active_order_says_settled_not_awaiting_approval(
     client: Any, make_request: RequestFactory, backend: LocalBackend, payments: Any
 ) -> None:
-    from payments import services as payment_services
+    from payments import invoicing, scanning
 
     build_inventory()
     order = place_order(make_request(lot_count=1, window_days=3))
-    invoice = payment_services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     payments.dev.pay_invoice(invoice)
     payments.dev.mine(2)
-    payment_services.scan_chain(payments.chain)
+    scanning.scan_chain(payments.chain)
     services.approve_order(order, actor=OPERATOR)
     run_at_start(ProvisioningJob.objects.get(order=order).pk, backend)
     html = client.get(f"/en/orders/{order.reference}/{order.secret}/").content.decode()

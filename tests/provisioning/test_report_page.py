@@ -105,7 +105,7 @@ def test_the_english_page_shows_the_checks_with_references_and_units(
     assert "data parallel (a copy on each card)" in text
     assert 'data-testid="stand-in"' not in text
     assert 'data-testid="scaled-down"' not in text
-    order_url = reverse("reservations:order", args=[job.order.reference, job.order.secret])
+    order_url = reverse("pages:order", args=[job.order.reference, job.order.secret])
     assert order_url in text
 
 
@@ -177,7 +177,7 @@ def test_the_order_page_gives_the_verdict_translated_and_says_cpu_stand_in(
 ) -> None:
     job = delivered(make_request, tmp_path, v2_reports.stand_in())
     with translation.override(language):
-        url = reverse("reservations:order", args=[job.order.reference, job.order.secret])
+        url = reverse("pages:order", args=[job.order.reference, job.order.secret])
     html = client.get(url).content.decode()
     assert verdict in html.replace("&#x27;", "'")
     assert 'data-testid="stand-in"' in html

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from tests.provisioning.shipped import TOOL
+
 ROOT = Path(__file__).resolve().parents[2]
-TOOL = ROOT / "provisioning" / "validation" / "gpulots.py"
 JOBS = Path(__file__).resolve().parent / "split_jobs"
 SHORT = ["--warmup", "2", "--steps", "4", "--profile-steps", "2"]
 
@@ -347,7 +348,7 @@ def test_split_test_refuses_an_unclear_batch_before_running(
 
 def test_the_hooks_do_nothing_outside_a_split_test() -> None:
     code = (
-        f"import sys; sys.path.insert(0, {str(TOOL.parent)!r}); import gpulots\n"
+        f"import sys; sys.path.insert(0, {str(TOOL)!r}); import gpulots\n"
         "with gpulots.step():\n    pass\n"
         "gpulots.mark_step(); print(gpulots._recorder)"
     )
@@ -389,11 +390,11 @@ class _Profile:
 
 
 def recorder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    sys.path.insert(0, str(TOOL.parent))
+    sys.path.insert(0, str(TOOL))
     try:
         import gpulots  # type: ignore[import-not-found]  # the tool, by its own name
     finally:
-        sys.path.remove(str(TOOL.parent))
+        sys.path.remove(str(TOOL))
     for name, value in (("GPULOTS_WARMUP", "1"), ("GPULOTS_STEPS", "1"), ("LOCAL_RANK", "0")):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("GPULOTS_PROFILE_STEPS", "2")

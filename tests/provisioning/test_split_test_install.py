@@ -17,12 +17,13 @@ from django.test import Client
 from django.utils import translation
 
 from provisioning import services
-from provisioning.backends import TOOL, LocalBackend, StepFailed
+from provisioning.backends import LocalBackend, StepFailed
 from provisioning.models import ProvisioningJob, SplitTest
 from provisioning.report import figure
 from reservations.models import Order
 from tests.conftest import RequestFactory
 from tests.provisioning.clock import run_at_start
+from tests.provisioning.shipped import TOOL
 from tests.provisioning.test_provisioning import OPERATOR, paid_order
 
 JOBS = Path(__file__).resolve().parent / "split_jobs"

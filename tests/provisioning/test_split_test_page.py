@@ -217,7 +217,7 @@ def test_the_order_page_counts_the_split_tests_and_gives_the_newest(
     client: Client, job: ProvisioningJob
 ) -> None:
     order = job.order
-    url = reverse("reservations:order", args=[order.reference, order.secret])
+    url = reverse("pages:order", args=[order.reference, order.secret])
     assert 'data-testid="split-tests"' not in client.get(url).content.decode()
     uploaded(job, split_test_reports.bigger_batch(job=job.pk))
     uploaded(job, split_test_reports.report(job=job.pk))

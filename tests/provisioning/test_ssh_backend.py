@@ -90,7 +90,7 @@ def test_the_ssh_backend_delivers_access_the_report_and_revokes(
     assert "CUDA_VISIBLE_DEVICES=0,1" in (home / ".gpulots-env").read_text()
     assert not list((Path(ssh_backend.remote_dir) / "incoming").iterdir())  # keys not left
     # The split-test command, uploaded into the account with the order's facts.
-    assert "gpulots split-test" in (home / ".gpulots" / "gpulots.py").read_text()[:200]
+    assert b"gpulots split-test" in (home / ".gpulots" / "gpulots.py").read_bytes()[:200]
     assert json.loads((home / ".gpulots" / "order.json").read_text())["job"] == job.pk
     assert (home / ".gpulots" / "bin" / "gpulots").stat().st_mode & 0o111
     report: Any = job.report

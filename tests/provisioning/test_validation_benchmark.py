@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from tests.provisioning.shipped import BENCHMARK, modules
+
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARK = ROOT / "provisioning" / "validation" / "benchmark.py"
 FAKES = Path(__file__).resolve().parent / "fakes"
 NVIDIA_SMI = str(FAKES / "nvidia-smi")
 AMD_SMI = str(FAKES / "amd-smi")
@@ -468,20 +469,21 @@ def test_a_usage_error_exits_2(tmp_path: Path) -> None:
 
 
 def test_the_program_is_python39_compatible() -> None:
-    source = BENCHMARK.read_text()
-    tree = ast.parse(source, feature_version=(3, 9))  # no match, no parenthesised with
-    assert "datetime.UTC" not in source
-    assert "import UTC" not in source
-    assert "from __future__ import annotations" in source
-    for node in ast.walk(tree):
-        # X | Y is fine in annotations (not evaluated with the __future__ import), never
-        # in an isinstance() or a default evaluated at run time.
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance":
-            assert not isinstance(node.args[1], ast.BinOp), ast.unparse(node)
-        if isinstance(node, ast.Call):
-            names = {k.arg for k in node.keywords}
-            assert "strict" not in names, ast.unparse(node)  # zip(strict=) is 3.10
-    assert not re.search(r"\.bit_count\(|\baiter\(|\banext\(", source)  # 3.10 built-ins
+    for module, source in modules(BENCHMARK).items():  # each module of the file that ships
+        tree = ast.parse(source, feature_version=(3, 9))  # no match, no parenthesised with
+        assert "datetime.UTC" not in source, module
+        assert "import UTC" not in source, module
+        assert "from __future__ import annotations" in source, module
+        for node in ast.walk(tree):
+            # X | Y is fine in annotations (not evaluated with the __future__ import), never
+            # in an isinstance() or a default evaluated at run time.
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance":
+                assert not isinstance(node.args[1], ast.BinOp), ast.unparse(node)
+            if isinstance(node, ast.Call):
+                names = {k.arg for k in node.keywords}
+                assert "strict" not in names, ast.unparse(node)  # zip(strict=) is 3.10
+        # 3.10 built-ins
+        assert not re.search(r"\.bit_count\(|\baiter\(|\banext\(", source), module
 
 
 def test_the_verdict_answers_each_hypothesis_in_plain_words() -> None:

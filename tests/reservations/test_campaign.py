@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import User
-from config import desk
+from desk import today as desk
 from reservations import campaign
 from reservations.campaign import CampaignRefused
 from reservations.errors import BookingRefused

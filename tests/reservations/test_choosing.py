@@ -13,8 +13,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from pages.forms import PlanForm
 from reservations import availability
-from reservations.forms import PlanForm
 from reservations.quotes import per_gpu_hour, quote
 from reservations.services import place_order
 from tests.conftest import Inventory, RequestFactory

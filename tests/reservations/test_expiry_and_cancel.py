@@ -8,14 +8,13 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import User
+from payments.expiry import expire_order, expire_unpaid_holds
 from reservations.availability import free_lots
 from reservations.errors import BookingRefused, InvalidTransition
 from reservations.models import Hold, Order, OrderEvent
 from reservations.services import (
     Actor,
     cancel_order,
-    expire_order,
-    expire_unpaid_holds,
     place_order,
 )
 from tests.concurrency import at_once

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from accounts.models import User
 from api.models import ApiToken
+from payments.expiry import expire_unpaid_holds
 from reservations import fairness
 from reservations.availability import handover
 from reservations.errors import UnpaidLimitReached
@@ -26,7 +27,6 @@ from reservations.services import (
     cancel_order,
     confirm_contact,
     contact_token,
-    expire_unpaid_holds,
     mark_paid,
     place_order,
 )

@@ -18,10 +18,10 @@ from django.utils import timezone
 
 from accounts.models import User
 from reservations.errors import LotNotFree, LotUnavailable, MoveRefused
+from reservations.events import booking_moved
 from reservations.inventory import bookings_on, free_lots_for, move_booking, set_lot_status
 from reservations.models import Hold, Host, Lot, Order, OrderEvent
 from reservations.services import Actor, place_order
-from reservations.signals import booking_moved
 from tests.concurrency import at_once
 from tests.conftest import Inventory, RequestFactory, build_inventory
 

@@ -19,10 +19,11 @@ from django.db import connection
 from django.test import Client, RequestFactory
 from django.utils import timezone, translation
 
-from payments import receipts, services
+from pages import order_page
+from payments import invoicing, receipts
 from payments.models import Invoice
 from provisioning.split_tests import attach_split_test
-from reservations import campaign, order_page
+from reservations import campaign, order_state
 from reservations.models import Order
 from reservations.services import Actor, place_order
 from tests.conftest import Inventory, Payments
@@ -89,7 +90,7 @@ def rendering_elsewhere(order: Order, second: int) -> None:
     request = RequestFactory().get(url(order))
     request.user = AnonymousUser()
     with translation.override("en"):
-        key = order_page.page_key(request, order, order_page.state_of(order.pk))
+        key = order_page.page_key(request, order, order_state.state_of(order.pk))
     assert order_page.cache.add(f"{key}:{second}", 1, 5)
 
 
@@ -120,7 +121,7 @@ def test_a_request_waits_for_the_page_another_is_rendering_instead_of_rendering_
     request = RequestFactory().get(url(order))
     request.user = AnonymousUser()
     with translation.override("en"):
-        key = order_page.page_key(request, order, order_page.state_of(order.pk))
+        key = order_page.page_key(request, order, order_state.state_of(order.pk))
     elsewhere = (frozen_second[0], "<p>rendered by the other request</p>")
     timer = threading.Timer(0.05, order_page.cache.set, (key, elsewhere, 10))
     timer.start()
@@ -154,7 +155,7 @@ def test_a_new_state_is_never_served_an_old_body(
 def test_a_payment_seen_in_the_same_second_shows_at_once(
     client: Client, payments: Payments, order: Order, frozen_second: list[int]
 ) -> None:
-    invoice = services.create_invoice(order, payments.usdc)
+    invoice = invoicing.create_invoice(order, payments.usdc)
     assert "Partly paid" not in view(client, order)
     # As the scanner writes it: a queryset update, no model signal, no save().
     Invoice.objects.filter(pk=invoice.pk).update(amount_seen=invoice.amount_due // 2)
@@ -222,8 +223,8 @@ def test_a_flash_message_is_not_served_to_the_next_visitor(
 
 
 def test_the_order_read_with_its_state_is_the_orms_order(order: Order) -> None:
-    read, state = order_page.order_and_state_by_link(order.reference, order.secret)
-    assert state == order_page.state_of(order.pk)
+    read, state = order_state.order_and_state_by_link(order.reference, order.secret)
+    assert state == order_state.state_of(order.pk)
     fresh = Order.objects.get(pk=order.pk)
     for field in Order._meta.concrete_fields:
         assert getattr(read, field.attname) == getattr(fresh, field.attname), field.name
@@ -297,11 +298,11 @@ def states(
     yield "delivered with a split test", delivered_with_split_test(make_request, tmp_path)
     yield "awaiting its coin", placed(1)
     partly = placed(2)
-    invoice = services.create_invoice(partly, payments.usdc)
+    invoice = invoicing.create_invoice(partly, payments.usdc)
     Invoice.objects.filter(pk=invoice.pk).update(amount_seen=invoice.amount_due // 3)
     yield "partly paid", partly
     paid = placed(3)
-    settle(services.create_invoice(paid, payments.usdc), paid)
+    settle(invoicing.create_invoice(paid, payments.usdc), paid)
     receipts.save_billing(paid, organisation="Lab", address="1 Road", vat_id="")
     receipts.issue_receipt(paid)
     yield "paid with a receipt", paid
@@ -323,33 +324,33 @@ def test_every_table_the_page_reads_is_in_its_state(
         read[name] = tables_read(client, order)
     everything = set().union(*read.values())
     assert {"payments_transfer", "provisioning_splittest", "reservations_checkpoint"} <= everything
-    missing = {name: tables - set(order_page.SOURCES) for name, tables in read.items()}
+    missing = {name: tables - set(order_state.SOURCES) for name, tables in read.items()}
     assert not any(missing.values()), missing
 
 
 def test_the_state_changes_with_every_row_it_names(
     order: Order, payments: Payments, ssh_key: str
 ) -> None:
-    before = order_page.state_of(order.pk)
-    assert order_page.state_of(order.pk) == before  # reading changes nothing
+    before = order_state.state_of(order.pk)
+    assert order_state.state_of(order.pk) == before  # reading changes nothing
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM reservations_order WHERE id = %s FOR UPDATE", [order.pk])
-    assert order_page.state_of(order.pk) == before  # nor does a lock
-    invoice = services.create_invoice(order, payments.usdc)
-    after_invoice = order_page.state_of(order.pk)
+    assert order_state.state_of(order.pk) == before  # nor does a lock
+    invoice = invoicing.create_invoice(order, payments.usdc)
+    after_invoice = order_state.state_of(order.pk)
     assert after_invoice != before
     Invoice.objects.filter(pk=invoice.pk).update(amount_seen=1)
-    assert order_page.state_of(order.pk) != after_invoice
-    deleted = order_page.state_of(order.pk)
+    assert order_state.state_of(order.pk) != after_invoice
+    deleted = order_state.state_of(order.pk)
     order.ssh_keys.all().delete()
-    assert order_page.state_of(order.pk) != deleted
+    assert order_state.state_of(order.pk) != deleted
 
 
 def test_the_state_is_prepared_on_the_server_unless_prepared_statements_are_off(
     order: Order, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """DATABASE_PREPARED_STATEMENTS=0 (behind a pooler in transaction mode) sets psycopg's
-    prepare_threshold to None: then nothing is prepared, config.prepared's statements too."""
+    prepare_threshold to None: then nothing is prepared, infra.prepared's statements too."""
 
     def prepared_here() -> int:
         with connection.cursor() as cursor:
@@ -361,8 +362,8 @@ def test_the_state_is_prepared_on_the_server_unless_prepared_statements_are_off(
 
     connection.ensure_connection()
     monkeypatch.setattr(connection.connection, "prepare_threshold", None)
-    state = order_page.state_of(order.pk)
+    state = order_state.state_of(order.pk)
     assert prepared_here() == 0
     monkeypatch.setattr(connection.connection, "prepare_threshold", 5)
-    assert order_page.state_of(order.pk) == state
+    assert order_state.state_of(order.pk) == state
     assert prepared_here() == 1

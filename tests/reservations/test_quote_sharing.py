@@ -12,9 +12,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from pages.booking import QUOTE_SECONDS
 from reservations import quotes
 from reservations.services import place_order
-from reservations.views import QUOTE_SECONDS
 from tests.conftest import Inventory, RequestFactory
 
 pytestmark = pytest.mark.django_db

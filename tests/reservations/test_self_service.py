@@ -22,10 +22,10 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import User
+from pages.forms import ContactForm
 from provisioning import services as provisioning
 from provisioning.backends import LocalBackend
 from provisioning.models import ProvisioningJob
-from reservations.forms import ContactForm
 from reservations.models import Hold, Order, OrderEvent
 from reservations.notifications import send_order_placed_once
 from reservations.services import Actor, mark_paid, place_order, system

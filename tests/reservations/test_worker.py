@@ -9,9 +9,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from payments.tasks import expire_unpaid_holds
 from reservations.models import Hold, Order
 from reservations.services import place_order
-from reservations.tasks import expire_unpaid_holds, send_missing_order_mails
+from reservations.tasks import send_missing_order_mails
 from tests.conftest import RequestFactory, build_inventory
 from tests.workers import WorkerProcess, wait_for
 

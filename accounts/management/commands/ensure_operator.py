@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from accounts.models import User
-from config.identity import canonical_email
+from infra.identity import canonical_email
 
 
 class Command(BaseCommand):

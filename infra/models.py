@@ -1,0 +1,38 @@
+"""What infrastructure keeps in the database: the reactions to domain events that failed."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class FailedReaction(models.Model):
+    """A receiver of a domain event (infra.events) that raised: retried by beat with the same
+    payload until it succeeds, then marked resolved; after ``events.MAX_ATTEMPTS`` it waits
+    for the operator (the desk's Today lists it)."""
+
+    event = models.CharField(max_length=80)
+    receiver = models.CharField(max_length=200, help_text="The receiver's dotted path.")
+    payload = models.JSONField()
+    error = models.TextField(help_text="The last failure: its exception and message.")
+    attempts = models.PositiveIntegerField(default=1)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                name="reaction_due",
+                condition=models.Q(resolved_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} → {self.receiver}"
+
+    @property
+    def waits_for_operator(self) -> bool:
+        return self.resolved_at is None and self.next_attempt_at is None

@@ -1,0 +1,13 @@
+"""Celery entry points for infrastructure."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from infra import events
+
+
+@shared_task(name="infra.tasks.retry_failed_reactions", acks_late=True)
+def retry_failed_reactions() -> int:
+    """Beat, every minute: the reactions to domain events that failed and are due again."""
+    return events.retry_failed()

@@ -1,0 +1,33 @@
+"""What the provisioning app announces (see infra.events: delivered after commit, each
+receiver on its own, a failure recorded and retried). Payloads are primary keys."""
+
+from __future__ import annotations
+
+from infra.events import Event
+
+LOT = {"order_id": "the order's primary key", "job_id": "the lot's provisioning job"}
+
+order_approved = Event(
+    "order.approved",
+    meaning="A paid order was approved: one provisioning job per booked lot, prepared from "
+    "its preparation lead on (provisioning.services.approve_order).",
+    payload={"order_id": "the order's primary key"},
+)
+report_ready = Event(
+    "report.ready",
+    meaning="A lot's validation report is stored (passed, failed or crashed: the report says; "
+    "a failed acceptance holds the lot) (provisioning.services.run_job, its fetch_report step).",
+    payload=LOT,
+)
+access_opened = Event(
+    "access.opened",
+    meaning="SSH access to a lot is open: the order's keys are on the host, inside its window "
+    "(provisioning.services.run_job, its mark_ready step).",
+    payload=LOT,
+)
+access_closed = Event(
+    "access.closed",
+    meaning="A lot's access is removed from its host at the window's end (or once overdue), "
+    "confirmed on the host (provisioning.services.revoke_due).",
+    payload=LOT,
+)

@@ -1,0 +1,43 @@
+"""How provisioning reacts to what happened (infra.events; ``booking_moved`` is a question
+asked inside the move's transaction): connected when this module is imported, from
+ProvisioningConfig.ready(). Each receiver is idempotent."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from provisioning import access, keys, schedule, services
+from provisioning.events import order_approved
+from provisioning.models import ProvisioningJob
+from reservations.events import booking_moved, order_paid, ssh_keys_changed
+from reservations.models import Order
+from reservations.services import system
+
+booking_moved.connect(access.follow_moved_booking, dispatch_uid="provisioning-move")
+
+
+@order_paid.receiver(dispatch_uid="provisioning: approve a paid order without the operator")
+def auto_approve(*, order_id: int, **_: object) -> None:
+    """With PROVISIONING_AUTO_APPROVE, a paid order is approved at once (the demo, or an
+    operator who approves every payment anyway). Already approved: nothing to do."""
+    if not settings.PROVISIONING_AUTO_APPROVE:
+        return
+    order = Order.objects.get(pk=order_id)
+    if order.status == Order.STATUS_PAID:
+        services.approve_order(order, actor=system("auto-approve"))
+
+
+@order_approved.receiver(dispatch_uid="provisioning: start what is due of an approved order")
+def start_what_is_due(*, order_id: int, **_: object) -> None:
+    """What is due now of an approved order (a window within the preparation lead, or
+    started) starts at once; the rest by the periodic tick, which also catches up here."""
+    schedule.tick(order_id=order_id)
+
+
+@ssh_keys_changed.receiver(dispatch_uid="provisioning: install changed keys")
+def install_changed_keys(*, order_id: int, **_: object) -> None:
+    """Each lot of the order under an open grant gets its keys installed (the task finds
+    out whether access is open, and reads the keys from the database)."""
+    jobs = ProvisioningJob.objects.filter(order_id=order_id, grant__closed_at__isnull=True)
+    for job_id in jobs.values_list("pk", flat=True):
+        keys.enqueue(job_id)

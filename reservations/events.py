@@ -1,0 +1,64 @@
+"""What the reservations app announces, for the apps above it to react to (it imports none
+of them). Receivers connect in their own AppConfig.ready(); see infra.events for how an
+:class:`~infra.events.Event` is delivered (after commit, each receiver on its own, a failure
+recorded and retried).
+
+Every payload is primary keys: a receiver reads the rows it needs as they are when it runs.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+from infra.events import Event
+
+ORDER = {"order_id": "the order's primary key"}
+
+order_placed = Event(
+    "order.placed",
+    meaning="An order was placed and holds its lots, awaiting payment "
+    "(reservations.services.place_order).",
+    payload=ORDER,
+)
+order_paid = Event(
+    "order.paid",
+    meaning="An order awaiting payment is paid: its invoice settled, or the operator accepted "
+    "a payment; its holds are bookings now (reservations.services.mark_paid).",
+    payload=ORDER,
+)
+order_paid_late = Event(
+    "order.paid_late",
+    meaning="An expired order whose payment came late was accepted by the operator: its "
+    "window is booked again and it is paid (reservations.services.reinstate_paid).",
+    payload=ORDER,
+)
+order_cancelled = Event(
+    "order.cancelled",
+    meaning="An order was cancelled before approval and its lots released; if it was paid, "
+    "its money is all to be refunded (reservations.services.cancel_order).",
+    payload=ORDER,
+)
+order_expired = Event(
+    "order.expired",
+    meaning="An unpaid order's hold ended without a payment that keeps it: the order expired "
+    "and its lots are released (reservations.services.release_unpaid).",
+    payload=ORDER,
+)
+ssh_keys_changed = Event(
+    "order.ssh_keys_changed",
+    meaning="The researcher replaced an order's SSH keys; provisioning installs them where "
+    "access is open (reservations.services.change_ssh_keys).",
+    payload=ORDER,
+)
+
+booking_moved = Signal()
+"""Not an announcement but a question, asked **inside** the move's transaction: a booking
+moves to another lot (``reservations.inventory.move_booking``, once the old hold is released
+and the new one inserted), with ``sender=Hold`` and the keyword arguments ``order``,
+``old_hold`` (released) and ``new_hold``.
+
+A receiver that cannot follow the move (access already delivered on the old lot, say) raises
+``reservations.errors.MoveRefused`` with a plain sentence: the move is then rolled back,
+nothing of it stays, and the operator sees that sentence. Whatever a receiver writes to the
+database commits or rolls back with the move.
+"""
