@@ -49,7 +49,7 @@ test: install system-packages lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 messages: install
-	$(BIN)/python manage.py makemessages -l de -l fr --no-obsolete --ignore=.venv --ignore=node_modules --ignore=tests --ignore=bench
+	$(BIN)/python manage.py makemessages -l de -l fr --no-obsolete --ignore=.venv --ignore=node_modules --ignore=tests --ignore=bench --ignore=var
 	$(BIN)/python manage.py compilemessages --ignore=.venv --ignore=node_modules
 
 bench: install

@@ -231,6 +231,9 @@ EMAIL_BACKEND = (
 )
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "GPU lots <bookings@localhost>") or ""
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
+ADMINS = [("Operator", address) for address in env_list("OPERATOR_EMAILS")]
+"""Who gets the operator's alerts (mail_admins): a host key refused, a lot's keys not
+installed, a payment configuration drifting, a domain event's reaction out of attempts."""
 HELP_EMAIL = env_str("HELP_EMAIL", "help@localhost") or ""
 """Where researchers write for help: in every page's footer and at the end of every mail."""
 HELP_URL = env_str("HELP_URL", "") or ""

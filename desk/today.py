@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -24,6 +24,7 @@ from django.utils.formats import date_format
 from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
+from infra.models import FailedReaction
 from payments import refund_due
 from payments.models import Chain, Invoice
 from provisioning import fleet
@@ -246,6 +247,27 @@ def refused_host_keys() -> Section:
     )
 
 
+def failed_reactions() -> Section:
+    """Reactions to domain events that raised (infra.events): beat retries each with backoff;
+    the operator sees them from the first failure, and must act on those out of attempts."""
+    rows = FailedReaction.objects.filter(resolved_at__isnull=True).order_by(
+        # out of attempts (no next attempt) first, then the oldest
+        F("next_attempt_at").asc(nulls_first=True),
+        "created_at",
+    )
+    return _section(
+        "failed_reactions",
+        _("Reactions that failed"),
+        _(
+            "Mend the cause (the error says it); beat retries them, or retry now, or mark "
+            "resolved what you did by hand."
+        ),
+        rows,
+        lambda r: Item(f"{r.event} → {r.receiver.rsplit('.', 1)[-1]}", _change(r), r.state),
+        _changelist("infra", "failedreaction", "resolved_at__isempty=1"),
+    )
+
+
 def windows(now: datetime, *, opening: bool) -> Section:
     soon = now + timedelta(hours=24)
     booked = (Order.STATUS_PAID, Order.STATUS_APPROVED, Order.STATUS_ACTIVE)
@@ -402,7 +424,10 @@ def campaigns(now: datetime) -> Section:
 
 
 def sections(now: datetime | None = None) -> list[Section]:
+    """Today's sections, in the order the operator works through them. Failed reactions are
+    an alarm, not a routine: that section shows only while one waits."""
     now = now or timezone.now()
+    failures = failed_reactions()
     return [
         approvals(),
         payment_decisions(now),
@@ -410,6 +435,7 @@ def sections(now: datetime | None = None) -> list[Section]:
         provisioning_trouble(),
         drifting_lots(),
         refused_host_keys(),
+        *([failures] if failures.count else []),
         revocations_overdue(now),
         campaigns(now),
         chains(now),

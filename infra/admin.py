@@ -5,38 +5,49 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from infra import events
 from infra.models import FailedReaction
+from infra.records import RecordAdmin
 
 
 @admin.register(FailedReaction)
-class FailedReactionAdmin(admin.ModelAdmin):
+class FailedReactionAdmin(RecordAdmin):
+    """Read-only: what failed and why; the operator's two acts are the actions."""
+
     list_display = ("created_at", "event", "receiver", "payload", "attempts", "state", "error")
     list_filter = ("event", ("resolved_at", admin.EmptyFieldListFilter))
     readonly_fields = [field.name for field in FailedReaction._meta.fields]
     actions = ["retry_now", "mark_resolved"]
 
-    @admin.display(description="state")
+    @admin.display(description=_("state"))
     def state(self, reaction: FailedReaction) -> str:
-        if reaction.resolved_at is not None:
-            return reaction.resolution or "resolved"
-        if reaction.next_attempt_at is None:
-            return "waits for the operator"
-        return f"retried at {reaction.next_attempt_at:%Y-%m-%d %H:%M} UTC"
+        return str(reaction.state)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    @admin.action(description="Retry now")
+    @admin.action(description=_("Retry now"))
     def retry_now(self, request: HttpRequest, queryset: QuerySet[FailedReaction]) -> None:
         count = events.retry_now(list(queryset.values_list("pk", flat=True)))
-        messages.success(request, f"{count} reaction(s) will be retried within a minute.")
+        messages.success(
+            request,
+            ngettext(
+                "%(count)d reaction will be retried within a minute.",
+                "%(count)d reactions will be retried within a minute.",
+                count,
+            )
+            % {"count": count},
+        )
 
-    @admin.action(description="Mark resolved (dealt with by hand)")
+    @admin.action(description=_("Mark resolved (dealt with by hand)"))
     def mark_resolved(self, request: HttpRequest, queryset: QuerySet[FailedReaction]) -> None:
         count = events.resolve(list(queryset.values_list("pk", flat=True)), by=str(request.user))
-        messages.success(request, f"{count} reaction(s) marked resolved.")
+        messages.success(
+            request,
+            ngettext(
+                "%(count)d reaction marked resolved.",
+                "%(count)d reactions marked resolved.",
+                count,
+            )
+            % {"count": count},
+        )

@@ -34,7 +34,6 @@ from typing import Any
 
 from django.core.mail import mail_admins
 from django.db import DatabaseError, transaction
-from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -44,7 +43,7 @@ log = logging.getLogger(__name__)
 
 Receiver = Callable[..., Any]
 """A module-level function taking the payload as keyword arguments (and ``**_`` for the
-signal's own ``signal`` and ``sender``): a retry finds it again by its dotted path."""
+``sender``, the Event): a retry finds it again by its dotted path."""
 
 _CATALOGUE: dict[str, Event] = {}
 
@@ -59,7 +58,7 @@ class Event:
         self.meaning = meaning
         self.payload = dict(payload)
         """Each keyword argument's name and what it is."""
-        self._signal = Signal()
+        self._receivers: dict[str, Receiver] = {}
         _CATALOGUE[name] = self
 
     def __repr__(self) -> str:
@@ -69,7 +68,7 @@ class Event:
         """Call ``receiver`` for every delivery (once, however often ``ready()`` runs)."""
         if "<locals>" in receiver.__qualname__:
             raise ValueError("a receiver must be a module-level function (a retry imports it)")
-        self._signal.connect(receiver, weak=False, dispatch_uid=dispatch_uid)
+        self._receivers.setdefault(dispatch_uid, receiver)
 
     def receiver(self, *, dispatch_uid: str) -> Callable[[Receiver], Receiver]:
         """As a decorator: ``@order_paid.receiver(dispatch_uid="...")`` connects the function."""
@@ -80,9 +79,9 @@ class Event:
 
         return connect
 
-    def receivers(self) -> list[Receiver]:
-        """The receivers connected now."""
-        return [ref for _key, ref in self._signal.receivers]  # type: ignore[misc]
+    def receivers(self) -> list[str]:
+        """The dotted paths of the receivers connected now, in the order they run."""
+        return [receiver_path(receiver) for receiver in self._receivers.values()]
 
     def announce(self, **payload: Any) -> None:
         """Tell the receivers, after the current transaction commits (at once outside one).
@@ -96,10 +95,13 @@ class Event:
             self.deliver(payload)
 
     def deliver(self, payload: Mapping[str, Any]) -> None:
-        """Call every receiver now; record each failure for a retry."""
-        for receiver, result in self._signal.send_robust(sender=self, **payload):
-            if isinstance(result, Exception):
-                failed(self, receiver, dict(payload), result)
+        """Call every receiver now, each on its own; record each failure for a retry (logged
+        here once, not also mailed: beat retries it, and mails when it is out of attempts)."""
+        for receiver in list(self._receivers.values()):
+            try:
+                receiver(sender=self, **payload)
+            except Exception as exc:  # recorded and retried, never lost
+                failed(self, receiver, dict(payload), exc)
 
 
 def catalogue() -> dict[str, Event]:
@@ -179,7 +181,7 @@ def _retry(reaction: FailedReaction, now: datetime) -> bool:
         if event is None:
             raise LookupError(f"no event {reaction.event!r} is defined any more")
         receiver: Receiver = import_string(reaction.receiver)
-        receiver(signal=event._signal, sender=event, **reaction.payload)
+        receiver(sender=event, **reaction.payload)
     except Exception as exc:  # recorded, and tried again or left to the operator
         last = attempts >= MAX_ATTEMPTS
         FailedReaction.objects.filter(pk=reaction.pk).update(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.formats import date_format
+from django.utils.timezone import localtime
+from django.utils.translation import gettext as _
 
 
 class FailedReaction(models.Model):
@@ -36,3 +39,17 @@ class FailedReaction(models.Model):
     @property
     def waits_for_operator(self) -> bool:
         return self.resolved_at is None and self.next_attempt_at is None
+
+    @property
+    def state(self) -> str:
+        """Where it stands, in a few words: resolved, waiting for the operator, or when beat
+        tries it again."""
+        if self.resolved_at is not None:
+            return self.resolution or _("resolved")
+        if self.next_attempt_at is None:
+            return _("waits for the operator")
+        when = date_format(localtime(self.next_attempt_at), "SHORT_DATETIME_FORMAT")
+        return _("attempt %(attempts)d failed; retried at %(when)s") % {
+            "attempts": self.attempts,
+            "when": when,
+        }

@@ -16,18 +16,19 @@ order_approved = Event(
 report_ready = Event(
     "report.ready",
     meaning="A lot's validation report is stored (passed, failed or crashed: the report says; "
-    "a failed acceptance holds the lot) (provisioning.services.run_job, its fetch_report step).",
+    "a failed acceptance holds the lot) (provisioning.services._run_steps, the fetch_report "
+    "step of run_job).",
     payload=LOT,
 )
 access_opened = Event(
     "access.opened",
     meaning="SSH access to a lot is open: the order's keys are on the host, inside its window "
-    "(provisioning.services.run_job, its mark_ready step).",
+    "(provisioning.services._open_access, the last step of run_job).",
     payload=LOT,
 )
 access_closed = Event(
     "access.closed",
     meaning="A lot's access is removed from its host at the window's end (or once overdue), "
-    "confirmed on the host (provisioning.services.revoke_due).",
+    "confirmed on the host (provisioning.services._revoke_lots, for revoke_due and cancellations).",
     payload=LOT,
 )
