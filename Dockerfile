@@ -13,7 +13,9 @@ COPY requirements.lock ./
 RUN pip install --no-cache-dir -r requirements.lock
 
 COPY . .
+# The benchmark and the split-test command as the one file each a host gets (var/shipped/).
 RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=build-only python manage.py collectstatic --noinput \
+    && python provisioning/validation/build.py \
     && useradd --system --home /app gpulots && mkdir -p /app/var && chown -R gpulots /app/var
 USER gpulots
 

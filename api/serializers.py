@@ -1,4 +1,7 @@
-"""What the API reads and writes. Rules stay in the services: these only parse and shape."""
+"""What the API reads and writes. Rules stay in the services: these only parse and shape.
+
+One module over 600 lines, on purpose: one serializer per answer of the schema, each short;
+the schema generator and the views read them from one place."""
 
 from __future__ import annotations
 

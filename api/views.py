@@ -2,6 +2,9 @@
 their provisioning and validation reports.
 
 Every view parses, calls the same service as the booking pages, and shapes the answer.
+
+One module over 600 lines, on purpose: each view is a few lines plus its OpenAPI schema
+(``extend_schema``), and the schema's examples and error answers belong beside the view.
 """
 
 from __future__ import annotations

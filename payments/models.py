@@ -4,6 +4,8 @@ Modelled on BTCPay Server: every invoice has its own watch-only deposit address,
 states (new → processing → settled, or expired / invalid) with exceptions (paid_partial,
 paid_over, paid_late), and transfers are separate records keyed by (chain, tx hash, log
 index), so one transfer can never be credited twice.
+
+Just over 600 lines: the models reference each other (invoice, address, transfer, refund).
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ own contract (or, for the native coin, the address's balance) into the invoice's
 address, in a block at or after the invoice was made, on the configured chain, with enough
 confirmations, in blocks that are still canonical. Each transfer is a row keyed by (chain,
 tx hash, log index): the same transfer can never be credited twice. What the amounts mean
-for the invoice and its order is payments.settlement's."""
+for the invoice and its order is payments.settlement's.
+
+One module over 600 lines, on purpose: the cursor, the range splitting, the reorganisation
+check and the ETH balances are one pass over a chain and share its state."""
 
 from __future__ import annotations
 

@@ -2,6 +2,10 @@
 
 A job's steps run in order; after each one the job records it (a conditional update), so a
 retry after a crash continues with the next step. The host-side steps are idempotent too.
+
+One module over 600 lines, on purpose: approval, the job's steps and revocation change the
+same rows under the same conditional updates; what is due when is provisioning.schedule's,
+access grants provisioning.access's, key installs provisioning.keys'.
 """
 
 from __future__ import annotations

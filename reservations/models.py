@@ -3,6 +3,9 @@
 The guarantee against double booking lives in the database: ``Hold`` carries a PostgreSQL
 exclusion constraint over (lot, blocked period) for every hold that still counts, so no
 code path, admin edit or concurrent worker can give one lot to two overlapping windows.
+
+One module over 600 lines, on purpose: the models share constraints and foreign keys
+across each other (a hold's constraint names its lot and order), and Django finds them here.
 """
 
 from __future__ import annotations
