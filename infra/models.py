@@ -37,10 +37,6 @@ class FailedReaction(models.Model):
         return f"{self.event} → {self.receiver}"
 
     @property
-    def waits_for_operator(self) -> bool:
-        return self.resolved_at is None and self.next_attempt_at is None
-
-    @property
     def state(self) -> str:
         """Where it stands, in a few words: resolved, waiting for the operator, or when beat
         tries it again."""

@@ -106,6 +106,19 @@ def broken_approval(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(provisioning_services, "approve_order", approve)
 
 
+@pytest.fixture
+def order(transactional_db: None, make_request: RequestFactory) -> Order:
+    """An order awaiting payment, committed (the tests below watch after-commit delivery)."""
+    build_inventory()
+    return place_order(make_request(lot_count=1, window_days=3))
+
+
+def pay(order: Order) -> None:
+    """The order's invoice settles: mark_paid in the settling transaction, committed."""
+    with transaction.atomic():
+        assert mark_paid(order, actor=system("test"), reason="invoice settled")
+
+
 def status(order: Order) -> str:
     return Order.objects.values_list("status", flat=True).get(pk=order.pk)
 
@@ -172,10 +185,8 @@ def test_a_receiver_defined_inside_a_function_is_refused() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_settled_payment_approves_the_order_through_the_receiver_after_commit(
-    auto_approve: None, make_request: RequestFactory
+    auto_approve: None, order: Order
 ) -> None:
-    build_inventory()
-    order = place_order(make_request(lot_count=1, window_days=3))
     with transaction.atomic():
         assert mark_paid(order, actor=system("test"), reason="invoice settled")
         assert status(order) == Order.STATUS_PAID  # not yet: the receiver waits for commit
@@ -186,11 +197,7 @@ def test_a_settled_payment_approves_the_order_through_the_receiver_after_commit(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_payment_rolled_back_announces_nothing(
-    auto_approve: None, make_request: RequestFactory
-) -> None:
-    build_inventory()
-    order = place_order(make_request(lot_count=1, window_days=3))
+def test_a_payment_rolled_back_announces_nothing(auto_approve: None, order: Order) -> None:
 
     def pay_then_fail() -> None:
         with transaction.atomic():
@@ -207,14 +214,11 @@ def test_a_payment_rolled_back_announces_nothing(
 @pytest.mark.django_db(transaction=True)
 def test_a_receiver_that_raises_leaves_the_payment_committed_and_beat_finishes_it(
     auto_approve: None,
-    make_request: RequestFactory,
+    order: Order,
     broken_approval: None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    build_inventory()
-    order = place_order(make_request(lot_count=1, window_days=3))
-    with transaction.atomic():
-        assert mark_paid(order, actor=system("test"), reason="invoice settled")
+    pay(order)
     assert status(order) == Order.STATUS_PAID  # the sender's change stands
     failure = FailedReaction.objects.get()
     assert (failure.event, failure.receiver, failure.payload, failure.attempts) == (
@@ -240,17 +244,14 @@ def test_a_receiver_that_raises_leaves_the_payment_committed_and_beat_finishes_i
 @pytest.mark.django_db(transaction=True)
 def test_a_reaction_out_of_attempts_waits_for_the_operator_on_today_and_mails_them(
     auto_approve: None,
-    make_request: RequestFactory,
+    order: Order,
     broken_approval: None,
     monkeypatch: pytest.MonkeyPatch,
     client: Client,
     settings: object,
 ) -> None:
     settings.ADMINS = [("Operator", "desk@example.org")]  # type: ignore[attr-defined]
-    build_inventory()
-    order = place_order(make_request(lot_count=1, window_days=3))
-    with transaction.atomic():
-        assert mark_paid(order, actor=system("test"), reason="invoice settled")
+    pay(order)
     failure = FailedReaction.objects.get()
     moment = timezone.now()
     for _attempt in range(2, events.MAX_ATTEMPTS + 1):  # a simulated clock, one tick per hour
@@ -287,14 +288,11 @@ def test_a_reaction_out_of_attempts_waits_for_the_operator_on_today_and_mails_th
 @pytest.mark.django_db(transaction=True)
 def test_two_beats_never_run_one_failed_reaction_twice(
     auto_approve: None,
-    make_request: RequestFactory,
+    order: Order,
     broken_approval: None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    build_inventory()
-    order = place_order(make_request(lot_count=1, window_days=3))
-    with transaction.atomic():
-        assert mark_paid(order, actor=system("test"), reason="invoice settled")
+    pay(order)
     failure = FailedReaction.objects.get()
     calls: list[int] = []
     monkeypatch.undo()
@@ -316,11 +314,9 @@ def test_two_beats_never_run_one_failed_reaction_twice(
 @pytest.mark.django_db(transaction=True)
 def test_a_cancelled_paid_order_has_its_invoice_flagged_by_payments_receiver(
     committed_payments: Payments,
-    make_request: RequestFactory,
+    order: Order,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    build_inventory()
-    order = place_order(make_request(lot_count=1, window_days=3))
     invoice = invoicing.create_invoice(order, committed_payments.usdc)
     committed_payments.dev.pay_invoice(invoice)
     committed_payments.dev.mine(2)
