@@ -31,7 +31,30 @@ if TYPE_CHECKING:
     from psycopg import Connection
 
 ROOT = Path(__file__).resolve().parent.parent
-VAR = Path(os.environ.get("RUN_DIR", ROOT / "var"))
+
+RUN_ENV: dict[str, str] = {
+    "HOST": "127.0.0.1",
+    "PORT": "8000",
+    "WEB_WORKERS": "4",
+    "WEB_THREADS": "2",
+    "DEVCHAIN_PORT": "8545",
+    "RUN_DIR": "var",
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/gpulots",
+    "REDIS_URL": "redis://127.0.0.1:6379/0",
+    "PROVISIONING_CLOCK_QUEUE": "gpulots-clock",
+}
+"""Every environment variable `make run` itself reads, with its default (the settings read
+theirs through ``infra.env``, listed in ``READ``; the documentation's table lists both, and
+a test keeps it equal to them)."""
+
+
+def run_env(name: str) -> str:
+    return os.environ.get(name, RUN_ENV[name])
+
+
+VAR = Path(run_env("RUN_DIR"))
+if not VAR.is_absolute():
+    VAR = ROOT / VAR
 BIN = Path(sys.executable).parent
 COLOURS = {
     "web": "\033[36m",
@@ -40,7 +63,7 @@ COLOURS = {
     "beat": "\033[35m",
     "chain": "\033[32m",
 }
-CLOCK_QUEUE = os.environ.get("PROVISIONING_CLOCK_QUEUE", "gpulots-clock")
+CLOCK_QUEUE = run_env("PROVISIONING_CLOCK_QUEUE")
 RESET = "\033[0m"
 RESTART_LIMIT = 5
 """Restarts of one child within RESTART_WINDOW seconds before `make run` gives up."""
@@ -282,16 +305,18 @@ def celery_worker(*options: str) -> list[str]:
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("PROVISIONING_CLOCK_QUEUE", CLOCK_QUEUE)
-    database_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpulots")
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    host = os.environ.get("HOST", "127.0.0.1")
-    port = os.environ.get("PORT", "8000")
+    database_url = run_env("DATABASE_URL")
+    redis_url = run_env("REDIS_URL")
+    host = run_env("HOST")
+    port = run_env("PORT")
+    # Links in mails and on pages follow where this run serves, unless SITE_URL says otherwise.
+    os.environ.setdefault("SITE_URL", f"http://{host}:{port}")
     postgres = check_postgres(database_url)
-    check_redis(os.environ.get("CELERY_BROKER_URL", redis_url))
+    check_redis(os.environ.get("CELERY_BROKER_URL") or redis_url)
     ensure_database(postgres, database_url)
 
     VAR.mkdir(exist_ok=True)
-    chain_port = os.environ.get("DEVCHAIN_PORT", "8545")
+    chain_port = run_env("DEVCHAIN_PORT")
     anvil = start_devchain(chain_port)
     manage("migrate", "--noinput")
     print(manage("load_catalogue", "--demo-inventory").strip())
@@ -305,9 +330,9 @@ def main() -> int:
             "--bind",
             f"{host}:{port}",
             "--workers",
-            os.environ.get("WEB_WORKERS", "4"),
+            run_env("WEB_WORKERS"),
             "--threads",
-            os.environ.get("WEB_THREADS", "2"),
+            run_env("WEB_THREADS"),
             "--access-logfile",
             "-",
         ],
