@@ -321,6 +321,14 @@ RESERVATION_HORIZON = timedelta(days=env_int("RESERVATION_HORIZON_DAYS", 180, mi
 """How far ahead a window may start."""
 RESERVATION_HANDOVER_HOUR = env_int("RESERVATION_HANDOVER_HOUR", 12, minimum=0)
 """Windows booked in the browser start at this hour (UTC) of the chosen day."""
+DEMO_MODE = env_bool("DEMO_MODE", default=False)
+"""The local demo (`make run` sets it): a window booked for today starts within
+DEMO_START_MINUTES instead of at the handover hour, so that a newcomer sees access and the
+report in one sitting; every page says so. Refused in production (without DJANGO_DEBUG)."""
+if DEMO_MODE and not DEBUG:
+    raise ImproperlyConfigured("DEMO_MODE=1 is the local demo's setting: it needs DJANGO_DEBUG=1")
+DEMO_START_MINUTES = 5
+"""Under DEMO_MODE, today's windows start at the next whole five minutes, one minute ahead."""
 RESERVATION_HOLD_DURATION = timedelta(minutes=env_int("RESERVATION_HOLD_MINUTES", 120, minimum=1))
 """How long an unpaid order keeps its lots."""
 RESERVATION_UNCONFIRMED_HOLD = timedelta(

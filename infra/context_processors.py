@@ -1,4 +1,5 @@
-"""Template context every page needs: the language switcher's links."""
+"""Template context every page needs: the language switcher's links, and whether this is
+the local demo (``DEMO_MODE``, said on every page)."""
 
 from __future__ import annotations
 
@@ -19,5 +20,7 @@ def languages(request: HttpRequest) -> dict[str, object]:
                 "current": code == current,
             }
             for code, name in settings.LANGUAGES
-        ]
+        ],
+        "demo_mode": settings.DEMO_MODE,
+        "demo_start_minutes": settings.DEMO_START_MINUTES,
     }

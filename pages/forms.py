@@ -262,8 +262,12 @@ class PlanForm(AccessibleForm):
 
     @staticmethod
     def default_start() -> date:
-        """Tomorrow: the earliest day whose handover is surely ahead."""
-        return timezone.now().date() + timedelta(days=1)
+        """Tomorrow: the earliest day whose handover is surely ahead while the plan is
+        filled in; today in the local demo, whose windows for today start within minutes."""
+        now = timezone.now()
+        if settings.DEMO_MODE:
+            return availability.first_bookable_day(now)
+        return now.date() + timedelta(days=1)
 
 
 class CheckpointRows(forms.Widget):

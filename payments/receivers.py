@@ -8,10 +8,11 @@ import logging
 
 from django.db.models import Q
 
-from payments import settlement, tasks
+from payments import receipts, settlement, tasks
 from payments.events import refund_sent
 from payments.models import Invoice
-from reservations.events import order_cancelled
+from reservations.events import order_cancelled, order_paid, order_paid_late
+from reservations.models import Order
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,15 @@ def close_invoices_of_cancelled_order(*, order_id: int, **_: object) -> None:
     )
     for pk in received.values_list("pk", flat=True):
         settlement.recompute(pk)
+
+
+@order_paid.receiver(dispatch_uid="payments: number the receipt of a paid order")
+@order_paid_late.receiver(dispatch_uid="payments: number the receipt of a late-paid order")
+def number_receipt(*, order_id: int, **_: object) -> None:
+    """A paid order has its receipt at once, numbered: the order page links it from then
+    on, and the desk's order page and receipt list show the same receipt (not an empty
+    section until the researcher first opens it)."""
+    receipts.issue_receipt(Order.objects.get(pk=order_id))
 
 
 @refund_sent.receiver(dispatch_uid="payments: verify a refund at once")

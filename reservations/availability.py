@@ -15,13 +15,35 @@ from typing import Any
 from django.conf import settings
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
 from django.db.models import Count, DateTimeField, F, Func, Q, QuerySet
+from django.utils import timezone
 
 from reservations.models import HardwareKind, Hold, Lot
 
 
 def handover(day: date) -> datetime:
-    """When a window booked for ``day`` starts: the handover hour, UTC."""
+    """When a window booked for ``day`` starts: the handover hour, UTC. Under the local
+    demo (``DEMO_MODE``), a window booked for today starts within minutes (``demo_start``)."""
+    if settings.DEMO_MODE:
+        now = timezone.now()
+        if day == now.astimezone(UTC).date():
+            return demo_start(now)
     return datetime.combine(day, time(hour=settings.RESERVATION_HANDOVER_HOUR), tzinfo=UTC)
+
+
+def demo_start(now: datetime) -> datetime:
+    """The local demo's start for today: the next whole DEMO_START_MINUTES, at least a
+    minute ahead (time to review and place the order before it)."""
+    step = timedelta(minutes=settings.DEMO_START_MINUTES)
+    ahead = now.astimezone(UTC) + timedelta(minutes=1)
+    midnight = datetime.combine(ahead.date(), time(), tzinfo=UTC)
+    steps = -((midnight - ahead) // step)  # ceiling
+    return midnight + steps * step
+
+
+def first_bookable_day(now: datetime) -> date:
+    """Today while today's handover is still ahead, else tomorrow: the calendar's first day."""
+    today = now.astimezone(UTC).date()
+    return today if handover(today) > now else today + timedelta(days=1)
 
 
 def next_handover(moment: datetime) -> datetime:

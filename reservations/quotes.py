@@ -10,7 +10,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, TypeVar, cast
 
@@ -228,7 +228,7 @@ def _plan(
             per_gpu_hour_usd=per_gpu_hour(price.amount_usd, window, hardware.cards_per_lot),
         )
     if window is not None and lot_count <= result["bookable_lots"]:
-        first = (now + timedelta(days=1)).date()  # the first day whose handover is ahead
+        first = availability.first_bookable_day(now)
         chosen_day = starts_at.date() if starts_at is not None else None
         result["calendar"] = _weeks(
             [

@@ -302,6 +302,17 @@ def celery_worker(*options: str) -> list[str]:
     return [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", *options]
 
 
+def pay_command() -> str:
+    """The command that pays an order on this run's chain, as it must be pasted into another
+    terminal: with each setting this run was given that differs from make's defaults."""
+    given = [
+        f"{name}={os.environ[name]}"
+        for name in ("DATABASE_URL",)
+        if name in os.environ and os.environ[name] != RUN_ENV[name]
+    ]
+    return " ".join([*given, "make pay REF=<reference>"])
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("PROVISIONING_CLOCK_QUEUE", CLOCK_QUEUE)
@@ -311,6 +322,9 @@ def main() -> int:
     port = run_env("PORT")
     # Links in mails and on pages follow where this run serves, unless SITE_URL says otherwise.
     os.environ.setdefault("SITE_URL", f"http://{host}:{port}")
+    # The local demo: today's windows start within minutes (said on every page; the
+    # settings refuse it without DJANGO_DEBUG). DEMO_MODE=0 books as production does.
+    os.environ.setdefault("DEMO_MODE", "1")
     postgres = check_postgres(database_url)
     check_redis(os.environ.get("CELERY_BROKER_URL") or redis_url)
     ensure_database(postgres, database_url)
@@ -364,7 +378,7 @@ def main() -> int:
     print(f"\nGPU lots is running: http://{host}:{port}/")
     print(f"Operator desk: http://{host}:{port}/admin/  ·  health: /healthz")
     print(f"Dev chain: http://127.0.0.1:{chain_port} (chain id 31337); pay an order with")
-    print("  .venv/bin/python manage.py devchain pay <reference>")
+    print(f"  {pay_command()}")
     print(f"{login}\nCtrl-C stops web, workers, beat and the dev chain.\n", flush=True)
 
     stopping = threading.Event()

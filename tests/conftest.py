@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +34,66 @@ def openssh_public_key(comment: str = "ada@lab") -> str:
     key = ed25519.Ed25519PrivateKey.generate().public_key()
     line = key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     return f"{line.decode()} {comment}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") and not config.pluginmanager.has_plugin(
+        "tests.parallel"
+    ):
+        raise pytest.UsageError(
+            "on several processes the suite needs `-p tests.parallel` (a Redis per process): "
+            "run `make test`, or `python -m pytest -p tests.parallel -n 3`"
+        )
+
+
+SLOW_FIXTURES = {
+    "celery_worker",  # a real Celery worker process
+    "worker_with_beat",
+    "ssh_worker",
+    "anvil_url",  # the dev chain
+    "browser",  # headless Chromium
+    "live_server",
+    "sshd",  # OpenSSH's server on loopback
+    "backend",  # the local provisioning backend, which runs the benchmark
+    "ssh_backend",
+}
+SLOW_MODULES = {
+    # Each starts processes of its own: the benchmarks, make run, the validation benchmark
+    # and the split test under torch, compilemessages.
+    "test_benchmarks",
+    "test_devstack",
+    "test_translations",
+    "test_access_guards",
+    "test_card_isolation",
+    "test_device_pinning",
+    "test_shipped_files",
+    "test_split_test_command",
+    "test_split_test_install",
+    "test_two_benchmarks_on_one_host",
+    "test_validation_benchmark",
+    "test_validation_benchmark_gpu_paths",
+    "test_access_window_clock",
+    "test_acceptance_hold",
+    # The benchmark through the local backend, or a chain node of their own, inside tests.
+    "test_expiry_on_chain",
+    "test_provisioning_api",
+    "test_operator",
+    "test_provisioning",
+    "test_self_service",
+    "test_outages",
+    "test_scan_cursor",
+    "test_network_presets",
+    "test_campaign",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``slow``: a test that starts a real component (worker, chain, browser, sshd, the
+    benchmark): ``make test-fast`` leaves them out, ``make test`` runs everything."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SLOW_FIXTURES or item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

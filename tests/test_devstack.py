@@ -143,6 +143,17 @@ def test_make_run_starts_web_workers_and_beat_and_ctrl_c_stops_them(stack: Stack
         ["pgrep", "-P", str(stack.process.pid)], capture_output=True, text=True
     ).stdout.split()
     assert len(children) == 5  # web, worker, clock, beat, dev chain
+    # Links in mails and pages follow the port it serves on; the demo's settings are on.
+    for pid in children[1:]:  # the dev chain (anvil) is started first
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"SITE_URL=http://127.0.0.1:{stack.port}".encode() in environ, pid
+        assert b"DEMO_MODE=1" in environ
+    landing = urllib.request.urlopen(stack.url("/en/")).read().decode()
+    assert 'data-testid="demo-note"' in landing
+    # The pay command it prints works when pasted: with the database this run was given.
+    assert f"DATABASE_URL=postgres://postgres@127.0.0.1:5432/{DATABASE} make pay REF=" in (
+        stack.output
+    )
 
     stack.process.send_signal(signal.SIGINT)
     assert stack.process.wait(timeout=30) == 0

@@ -29,7 +29,7 @@ class WorkerProcess:
         return "".join(self.output)
 
     def hostname(self) -> str:
-        found = re.search(r"(celery@\S+) ready\.", self.log())
+        found = re.search(r"(\S+@\S+) ready\.", self.log())
         return found.group(1) if found else ""
 
     def settle(self, timeout: float = 60) -> bool:
@@ -96,6 +96,10 @@ def start_worker(
             "solo",
             "--queues",
             queue,
+            # A node name of its own: the suite's processes each start a worker on this
+            # machine, and control commands (inspect, revoke) address one by name.
+            "--hostname",
+            f"{queue}@%h",
             "--without-mingle",
             "--without-gossip",
             "--loglevel",

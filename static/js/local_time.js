@@ -1,19 +1,18 @@
 // Times are written in UTC on the pages; beside a window this adds it in the reader's own
-// time zone (the browser's), e.g. "Your time: 3 Dec 2026, 13:00 CET to …". Nothing is added
-// when the reader's zone is UTC or the browser cannot format dates.
+// time zone (the browser's), e.g. "Your time: 3 Dec 2026, 13:00 to … (Europe/Berlin)": the
+// zone by its name, as the order page's other local times (order.js) give it. Nothing is
+// added when the reader's zone is UTC or the browser cannot format dates.
 (function () {
   "use strict";
   if (!window.Intl || !Intl.DateTimeFormat) return;
   var zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
   if (zone === "UTC" || zone === "Etc/UTC") return;
-  // dateStyle/timeStyle cannot be combined with timeZoneName: the parts are named instead.
   var format = new Intl.DateTimeFormat(document.documentElement.lang || undefined, {
     year: "numeric",
     month: "short",
     day: "numeric",
-    hour: "numeric",
+    hour: "2-digit",
     minute: "2-digit",
-    timeZoneName: "short",
   });
 
   function fill(root) {
@@ -24,7 +23,7 @@
       element.textContent = element
         .getAttribute("data-label")
         .replace("{start}", format.format(start))
-        .replace("{end}", format.format(end));
+        .replace("{end}", format.format(end)) + (zone ? " (" + zone + ")" : "");
       element.hidden = false;
     });
   }

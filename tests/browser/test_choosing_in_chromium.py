@@ -139,6 +139,10 @@ def test_the_order_page_gives_the_window_in_the_readers_time_too(
     hour = berlin.strftime("%H:%M") if language == "fr" else berlin.strftime("%-I:%M")
     assert berlin.utcoffset() != timedelta(0)
     expect(local).to_contain_text(hour)
+    # The zone by its name, as every other local time of the order page gives it (not
+    # "GMT+1" here and "Europe/Berlin" there).
+    expect(local).to_contain_text("(Europe/Berlin)")
+    assert "GMT" not in local.inner_text()
     assert "(UTC)" in page.inner_text("main")  # the UTC time stays
     page.context.close()
 

@@ -20,6 +20,7 @@ from pypdf import PdfReader
 from accounts.models import User
 from payments import claims, invoicing, receipts, scanning
 from payments.models import Asset, BillingDetails, Chain, Invoice, Receipt, Transfer
+from reservations.events import order_paid
 from reservations.models import Order
 from reservations.services import place_order
 from reservations.templatetags.money import units as coin
@@ -123,7 +124,9 @@ def test_receipts_are_numbered_once_in_the_order_they_are_issued(
     second = place_order(make_request(lot_count=1, window_days=3, contact_email="bo@example.org"))
     settle(payments, order, payments.usdc)
     settle(payments, second, payments.usdc)
-    assert Receipt.objects.count() == 0  # numbered at the first issue, not before
+    # Numbered by the order.paid receiver once the payment commits (not in this test's
+    # transaction, which never commits): here at the first issue, in the order of issue.
+    assert Receipt.objects.count() == 0
 
     client.get(f"{link(second)}/receipt/")
     client.get(f"{link(order)}/receipt.pdf")
@@ -138,9 +141,33 @@ def test_receipts_are_numbered_once_in_the_order_they_are_issued(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_first_issues_take_one_number_each_none_skipped(
-    committed_payments: Payments, make_request: RequestFactory, soon: Any
+def test_a_paid_order_is_numbered_its_receipt_at_once_and_the_desk_shows_it(
+    client: Client, committed_payments: Payments, make_request: RequestFactory
 ) -> None:
+    """Nobody opened the receipt: the desk's order page shows the same receipt the order
+    page links, not an empty Receipt section."""
+    build_inventory()
+    order = place_order(make_request(lot_count=1, window_days=3))
+    settle(committed_payments, order, committed_payments.usdc)
+    receipt = Receipt.objects.get(order=order)
+    assert receipt.number == 1
+    operator = User.objects.create_superuser("operator@example.org", "a-long-operator-password")
+    client.force_login(operator)
+    page = client.get(f"/admin/reservations/order/{order.pk}/change/").content.decode()
+    assert "R-000001" in page
+    assert f"{link(order)}/receipt.pdf" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_first_issues_take_one_number_each_none_skipped(
+    committed_payments: Payments,
+    make_request: RequestFactory,
+    soon: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without the order.paid receiver, which numbers each receipt as its payment commits:
+    # here the first issues race each other (as a page view races the receiver).
+    monkeypatch.delitem(order_paid._receivers, "payments: number the receipt of a paid order")
     build_inventory()
     orders = []
     for i in range(4):

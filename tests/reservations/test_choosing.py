@@ -6,7 +6,8 @@ requested date, each one click away (and working without JavaScript)."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
 from decimal import Decimal
 
 import pytest
@@ -134,3 +135,29 @@ def test_the_calendar_marks_the_start_dates_with_enough_free_lots(
     html = client.post("/en/book/", {**plan(window_days=3), "refresh": "1"}).content.decode()
     assert f'data-use-start="{(taken + timedelta(days=8)).isoformat()}"' in html
     assert f'data-use-start="{taken.isoformat()}"' not in html
+
+
+@pytest.mark.parametrize(("hour", "first"), [(9, 0), (13, 1)])
+def test_the_calendar_starts_today_while_todays_handover_is_ahead(
+    inventory: Inventory, hour: int, first: int
+) -> None:
+    """Today is bookable until its handover (noon UTC): the calendar offers it until then."""
+    now = datetime.combine(timezone.now().date(), time(hour=hour), tzinfo=UTC)
+    found = quote(kind="h200", window_days=3, lot_count=1, start_date=None, now=now)
+    days = [slot.day for week in found.calendar for slot in week if slot is not None]
+    assert days[0] == now.date() + timedelta(days=first)
+
+
+def test_the_local_demo_starts_todays_window_within_minutes_and_says_so(
+    inventory: Inventory, client: Client, settings: Any
+) -> None:
+    settings.DEMO_MODE = True
+    now = timezone.now()
+    starts = availability.handover(now.date())
+    assert now + timedelta(minutes=1) <= starts <= now + timedelta(minutes=6)
+    assert starts.minute % 5 == 0 and starts.second == 0
+    assert availability.handover(now.date() + timedelta(days=1)).hour == 12  # later days
+    assert availability.first_bookable_day(now) == now.date()
+    assert 'data-testid="demo-note"' in client.get("/en/").content.decode()
+    settings.DEMO_MODE = False
+    assert 'data-testid="demo-note"' not in client.get("/en/").content.decode()
