@@ -69,10 +69,10 @@ test-fast: install
 	$(PYTEST) -n 2 -m "not slow" $(PYTEST_ARGS)
 
 docs: install
-	$(BIN)/python -m mkdocs build --strict --quiet --site-dir var/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet --site-dir var/site
 
 docs-serve: install
-	$(BIN)/python -m mkdocs serve --dev-addr $${DOCS_ADDR:-127.0.0.1:8001}
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --dev-addr $${DOCS_ADDR:-127.0.0.1:8001}
 
 messages: install
 	$(BIN)/python manage.py makemessages -l de -l fr --no-obsolete --ignore=.venv --ignore=node_modules --ignore=tests --ignore=bench --ignore=var

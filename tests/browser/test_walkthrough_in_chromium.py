@@ -97,7 +97,7 @@ def test_the_readme_walkthrough_books_pays_and_reaches_access_and_the_report(
     assert re.search(r"transaction 0x[0-9a-f]{64}", printed.getvalue())
     committed_payments.dev.mine(2)  # make run's chain mines a block every 2 s
     scanning.scan_chain(Chain.objects.get(pk=committed_payments.chain.pk))  # beat's scan
-    expect(page.get_by_test_id("status")).to_have_text("paid", timeout=20_000)
+    expect(page.get_by_test_id("status")).to_have_text("paid, awaiting approval", timeout=20_000)
     shots(page, "paid")
 
     # 4. The operator approves in the desk (/admin/, the order's page, "Approve").

@@ -161,3 +161,22 @@ def test_the_local_demo_starts_todays_window_within_minutes_and_says_so(
     assert 'data-testid="demo-note"' in client.get("/en/").content.decode()
     settings.DEMO_MODE = False
     assert 'data-testid="demo-note"' not in client.get("/en/").content.decode()
+
+
+def test_the_local_demo_is_refused_in_production_settings() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    environ = {**os.environ, "DEMO_MODE": "1", "DJANGO_SECRET_KEY": "x" * 50}
+    environ.pop("DJANGO_DEBUG", None)
+    done = subprocess.run(
+        [sys.executable, "-c", "import config.settings"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=environ,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert "DEMO_MODE=1 is the local demo's setting: it needs DJANGO_DEBUG=1" in done.stderr
