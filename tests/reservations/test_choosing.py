@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, time, timedelta
-from typing import Any
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -155,7 +155,8 @@ def test_the_local_demo_starts_todays_window_within_minutes_and_says_so(
     now = timezone.now()
     starts = availability.handover(now.date())
     assert now + timedelta(minutes=1) <= starts <= now + timedelta(minutes=6)
-    assert starts.minute % 5 == 0 and starts.second == 0
+    assert starts.minute % 5 == 0
+    assert starts.second == 0
     assert availability.handover(now.date() + timedelta(days=1)).hour == 12  # later days
     assert availability.first_bookable_day(now) == now.date()
     assert 'data-testid="demo-note"' in client.get("/en/").content.decode()
