@@ -92,7 +92,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     benchmark): ``make test-fast`` leaves them out, ``make test`` runs everything."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if fixtures & SLOW_FIXTURES or item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+        module = item.path.stem
+        if fixtures & SLOW_FIXTURES or module in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
 
 
