@@ -3,7 +3,8 @@
 Local defaults (``make run``, ``make test``) need nothing but ``DJANGO_DEBUG=1``, which the
 Makefile sets. Production sets ``DJANGO_SECRET_KEY`` and ``DJANGO_ALLOWED_HOSTS`` and leaves
 ``DJANGO_DEBUG`` unset; ``manage.py check --deploy`` is then clean (a test checks it).
-Every variable is documented in README.md (a test checks that too).
+Every variable has its meaning in docs/reference/environment.yml, from which the documentation
+renders its table (tests/test_docs.py checks both against ``infra.env.READ``).
 """
 
 from __future__ import annotations

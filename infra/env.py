@@ -2,7 +2,7 @@
 
 Tiny helpers in the manner of healthchecks: every variable the settings read goes
 through one of them, so a bad value fails at start-up with its name in the message,
-and ``READ`` lists every name (the README and docker-compose.yml are checked against it).
+and ``READ`` lists every name (the documentation and docker-compose.yml are checked against it).
 Secrets may also come from ``<NAME>_FILE`` (Docker/Kubernetes secrets).
 """
 

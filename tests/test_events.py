@@ -46,7 +46,7 @@ EVENTS = {
     "refund.sent",
     "account.address_proven",
 }
-"""The documented events (README, "Architecture"): a new one is added here and there."""
+"""The documented events (docs/how-it-works/architecture.md): a new one is added here and there."""
 
 
 class Broken(RuntimeError):
@@ -144,9 +144,9 @@ def test_each_event_is_announced_by_exactly_one_service_the_one_its_meaning_name
         assert sender.split(".")[-2] == "services" or sender == "payments.refunds.record_refund"
 
 
-def test_the_readme_lists_every_event_with_who_listens() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Architecture") :]
+def test_the_architecture_page_lists_every_event_with_who_listens() -> None:
+    page = (ROOT / "docs" / "how-it-works" / "architecture.md").read_text()
+    section = page[page.index("## Domain events and who listens") :]
     for name, event in events.catalogue().items():
         assert f"`{name}`" in section, name
         for receiver in event.receivers():

@@ -1,6 +1,8 @@
 """Real headless Chromium (Debian's package) driven by Playwright, against a live server.
 
-Screenshots of every step land in test-artifacts/browser/ (CI keeps them as artefacts).
+Screenshots of every step land in test-artifacts/browser/ (CI keeps them as artefacts); the
+ones the documentation shows are also written to docs/screenshots/ (``shots(..., doc=...)``),
+so each browser run refreshes them and none is made by hand.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
+DOC_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+"""The documentation's screenshots (committed): each written by a ``shots(..., doc=NAME)``."""
 DESKTOP = {"width": 1280, "height": 1800}
 PHONE = {"width": 390, "height": 844}
 
@@ -55,9 +59,15 @@ class Shots:
         self.folder = folder
         self.count = 0
 
-    def __call__(self, page: Page, name: str) -> None:
+    def __call__(self, page: Page, name: str, doc: str | None = None) -> None:
+        """The page as it is now, numbered in this test's folder; with ``doc``, also as
+        docs/screenshots/<doc>.png, the picture the documentation shows."""
         self.count += 1
-        page.screenshot(path=str(self.folder / f"{self.count:02d}-{name}.png"))
+        image = page.screenshot(path=str(self.folder / f"{self.count:02d}-{name}.png"))
+        if doc is not None:
+            assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", doc), f"{doc!r}: a-z, 0-9 and dashes"
+            DOC_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            (DOC_SCREENSHOTS / f"{doc}.png").write_bytes(image)
 
 
 @pytest.fixture

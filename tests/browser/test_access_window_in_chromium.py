@@ -86,7 +86,7 @@ def test_an_approved_order_counts_down_and_turns_active_at_the_start(
     (job,) = ProvisioningJob.objects.filter(order=order)
     expect(page.get_by_test_id("ssh")).to_have_text(job.ssh_commands[0])
     assert page.evaluate("window.__notReloaded") is True  # refreshed in place
-    shots(page, "active-without-reload")
+    shots(page, "active-without-reload", doc="order-access" if language == "en" else None)
     context.close()
 
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)  # type: ignore[arg-type]
@@ -95,5 +95,5 @@ def test_an_approved_order_counts_down_and_turns_active_at_the_start(
     expect(small.get_by_test_id("ssh")).to_be_visible()
     width = small.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], width
-    shots(small, "active-phone")
+    shots(small, "active-phone", doc="order-access-phone" if language == "en" else None)
     phone.close()

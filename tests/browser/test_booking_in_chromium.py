@@ -81,14 +81,14 @@ def test_a_researcher_books_end_to_end(
     words = WORDS[language]
     page.goto(f"{live_server.url}/{language}/")
     expect(page.locator("html")).to_have_attribute("lang", language)
-    shots(page, "landing")
+    shots(page, "landing", doc="landing" if language == "en" else None)
     assert axe_violations(page, every_impact=True) == [], "landing"
     page.get_by_role("link", name=words["book"]).first.click()
 
     fill_plan(page)
     expect(page.get_by_test_id("total")).to_have_text(words["total"])  # live, no reload
     expect(page.locator(".advice tr.recommended")).to_contain_text("H200")
-    shots(page, "plan")
+    shots(page, "plan", doc="booking-plan" if language == "en" else None)
     assert axe_violations(page, every_impact=True) == [], "plan"
     submit(page)
 

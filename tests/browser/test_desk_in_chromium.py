@@ -75,12 +75,12 @@ def test_the_desk_and_the_timeline_pass_axe_and_the_timeline_works_with_the_keyb
     page.goto(f"{live_server.url}/admin/")
     assert page.locator("#today-approvals li").count() == 1
     assert booked.reference in page.inner_text("#today-approvals")
-    shots(page, "today")
+    shots(page, "today", doc="desk-today" if viewport == WIDE else None)
     assert axe_violations(page) == []
 
     page.click("text=Occupancy timeline")
     page.wait_for_selector(".tl-track")
-    shots(page, "timeline")
+    shots(page, "timeline", doc="desk-timeline" if viewport == WIDE else None)
     assert axe_violations(page) == []
     bar = page.locator(f'a.bar-held[href$="/admin/reservations/order/{held.pk}/change/"]')
     assert bar.count() == 1

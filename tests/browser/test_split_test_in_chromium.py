@@ -84,6 +84,7 @@ def test_the_split_test_reads_beside_the_acceptance_result(
     assert order_of.index("own-job") == order_of.index("verdict") + 1
     assert order_of.index("own-job") < order_of.index("acceptance")
     page.get_by_test_id("split-runs").scroll_into_view_if_needed()
-    shots(page, f"report-{language}")
+    english_desktop = (language, viewport) == ("en", WIDE)
+    shots(page, f"report-{language}", doc="report-split-test" if english_desktop else None)
     assert axe_violations(page, every_impact=True) == []
     context.close()
