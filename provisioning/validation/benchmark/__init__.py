@@ -9,7 +9,7 @@ One module a part of the run, each importing only the ones below it:
 
 * report: the report's format and writing, its checks, the exit codes, shared words;
 * devices, telemetry: the lot's cards as the runtime and the vendor's tool see them;
-* ranks: one spawned process per card, meeting at a store this process serves;
+* ranks: one process per card (from a fork server), meeting at a store this process serves;
 * percard, collectives: the measurements on each card, then across the cards;
 * model, split, verdict: the hypothesis test's model, its runs, its answer;
 * frame, inventory, cards, hypothesis, runner: the run's sections and their checks;

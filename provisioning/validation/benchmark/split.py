@@ -11,12 +11,11 @@ import traceback
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from .devices import device_for, device_identity, synchronize, visible_cards
 from .model import Transformer, _fully_shard, materialise, peak_memory
-from .ranks import FAULT
+from .ranks import FAULT, rank_context
 from .report import SectionFailed, SectionTimeout
 
 
@@ -152,7 +151,7 @@ def independent_runs(
 ) -> list[dict[str, Any]]:
     """Each card's one-card run, at the same time, each in a process that sees only its
     card: as the two accounts of "two independent experiments" will use the lot."""
-    context = mp.get_context("spawn")
+    context = rank_context()
     out = context.Queue()
     processes = [
         context.Process(target=_independent_worker, args=(card, config, out), daemon=True)
