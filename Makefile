@@ -57,7 +57,7 @@ TEST_ENV = REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
 # The suite on TEST_PROCESSES processes (pytest-xdist, a test file to a process; each with
 # its own database, Redis, chain, worker and browser: tests/parallel.py); the 20 slowest
 # tests are printed at the end. TEST_PROCESSES=0 runs it in this one process.
-TEST_PROCESSES ?= 4
+TEST_PROCESSES ?= 3
 PYTEST = $(TEST_ENV) $(BIN)/python -m pytest -p tests.parallel
 
 test: install system-packages lint typecheck docs

@@ -61,9 +61,6 @@ SLOW_MODULES = {
     # Each starts processes of its own: the benchmarks, make run, the validation benchmark
     # and the split test under torch, compilemessages.
     "test_benchmarks",
-    "test_inventory_attack_benchmark",
-    "test_pages_benchmark",
-    "test_api_benchmark",
     "test_devstack",
     "test_translations",
     "test_access_guards",
@@ -90,41 +87,14 @@ SLOW_MODULES = {
 }
 
 
-LONGEST_FIRST = (
-    # The modules that take longest (a minute and more on two cores, from the 20 slowest
-    # that `make test` prints), longest first. The parallel suite hands a process one
-    # module at a time in the order collected: started first, they end with the rest
-    # instead of alone after it.
-    "test_devstack",
-    "test_split_test_command",
-    "test_inventory_attack_benchmark",
-    "test_validation_benchmark",
-    "test_operator",
-    "test_provisioning",
-    "test_access_window_worker",
-    "test_device_pinning",
-    "test_pages_benchmark",
-    "test_split_test_install",
-    "test_benchmarks",
-    "test_booking_in_chromium",
-    "test_expiry_on_chain",
-    "test_api_benchmark",
-    "test_ssh_backend",
-    "test_provisioning_api",
-)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``slow``: a test that starts a real component (worker, chain, browser, sshd, the
-    benchmark): ``make test-fast`` leaves them out, ``make test`` runs everything. And the
-    longest modules first (LONGEST_FIRST; a stable sort: within a module, the file's order)."""
-    rank = {stem: position for position, stem in enumerate(LONGEST_FIRST)}
+    benchmark): ``make test-fast`` leaves them out, ``make test`` runs everything."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         module = item.path.stem
         if fixtures & SLOW_FIXTURES or module in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,41 @@
-"""The benchmarks without a stack of their own keep running: each prints one JSON line,
-and the race one judges itself."""
+"""The benchmarks keep running: each prints one JSON line, and the race one judges itself."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from tests.benchmarks.run import profile_of, run_bench, run_bench_printing
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_bench(
+    script: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, object]]:
+    code, report, _printed = run_bench_printing(script, *args, env=env)
+    return code, report
+
+
+def run_bench_printing(
+    script: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, object], str]:
+    """The benchmark's exit status, its one JSON line, and what it printed on standard error
+    (``--profile``'s output)."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, result.stdout + result.stderr
+    return result.returncode, json.loads(lines[0]), result.stderr
 
 
 def test_the_booking_race_never_overbooks() -> None:
@@ -44,6 +74,19 @@ def test_the_year_of_business_seeds_what_it_says() -> None:
     assert report["meets_target"] is (float(str(report["seconds"])) < 60)
 
 
+def test_the_pages_benchmark_drives_the_real_server() -> None:
+    code, report = run_bench(
+        "booking_pages.py", "--clients", "4", "--requests", "5", "--orders", "3000"
+    )
+    assert code == 0
+    pages = ("landing", "quote", "quote_uncached", "order_unpaid", "order_partly_paid")
+    for page in (*pages, "order_active", "api_order"):
+        figures = report[page]
+        assert isinstance(figures, dict)
+        assert figures["requests"] == 20
+        assert 0 < figures["p50_ms"] <= figures["p95_ms"]
+
+
 def test_the_payment_scan_benchmark_stays_within_its_request_bound() -> None:
     code, report, printed = run_bench_printing(
         "payment_scan.py",
@@ -71,11 +114,44 @@ def test_the_payment_scan_benchmark_stays_within_its_request_bound() -> None:
     assert report["proxy_refusals"] == 0
 
 
+def test_the_api_benchmark_books_once_per_key() -> None:
+    code, report = run_bench("api_orders.py", "--clients", "4", "--orders", "2")
+    assert code == 0, report
+    assert report["placed"] == 8
+    assert report["same_key_orders"] == 1
+    assert report["overbooked"] == 0
+
+
 def test_the_validation_benchmark_runs_on_the_cpu_in_time() -> None:
     code, report = run_bench("validation_cpu.py")
     assert code == 0, report
     assert float(str(report["seconds"])) < 120
     assert report["essentials"]["all_reduce"]["correct"] is True  # type: ignore[index]
+
+
+def test_the_inventory_attack_holds_no_more_than_the_share_and_can_fail() -> None:
+    code, report = run_bench("inventory_attack.py", "--max-attempts", "24")
+    assert code == 0, report
+    assert int(str(report["placed"])) >= 1, report  # the attack really books
+    assert float(str(report["share_held"])) <= float(str(report["target_share"])), report
+    assert report["meets_target"] is True
+    code, unlimited = run_bench("inventory_attack.py", "--max-attempts", "24", "--no-limits")
+    assert code == 0, unlimited
+    assert unlimited["meets_target"] is False, unlimited  # the measurement can fail
+
+
+def profile_of(script: str, *args: str) -> str:
+    """What ``--profile`` alone prints (standard error; no JSON line then) for a benchmark
+    run that must succeed."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--profile", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stderr
 
 
 def test_the_throughput_benchmark_profiles_placing_orders() -> None:
