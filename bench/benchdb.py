@@ -89,6 +89,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+STACK_START_S = 240
+"""How long a benchmark waits for its stack's /healthz before it gives up, saying what
+`make run` printed."""
+
+
 @contextmanager
 def running_stack(database: str, **extra_env: str) -> Iterator[int]:
     """The product as `make run` starts it (web, worker, beat, dev chain) on ``database``,
@@ -108,25 +113,34 @@ def running_stack(database: str, **extra_env: str) -> Iterator[int]:
         CELERY_TASK_DEFAULT_QUEUE=f"bench-{database}",
         PORT=str(port),
         DEVCHAIN_PORT=str(free_port()),
-        RUN_DIR=tempfile.mkdtemp(prefix=f"{database}-"),
+        RUN_DIR=(run_dir := tempfile.mkdtemp(prefix=f"{database}-")),
     )
     environ.update(extra_env)
-    stack = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "devstack.py")],
-        cwd=ROOT,
-        env=environ,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
+    log_path = Path(run_dir) / "stack.log"
+    with log_path.open("wb") as log:
+        stack = subprocess.Popen(
+            [sys.executable, str(ROOT / "scripts" / "devstack.py")],
+            cwd=ROOT,
+            env=environ,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        deadline = time.monotonic() + 90
+        # Migrating a fresh database and starting four web workers, two Celery workers and
+        # a chain takes seconds alone, and minutes where the parallel suite runs beside it.
+        deadline = time.monotonic() + STACK_START_S
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
                 break
             except OSError:
                 if time.monotonic() > deadline or stack.poll() is not None:
-                    raise RuntimeError("the server did not start") from None
+                    waited = "it exited" if stack.poll() is not None else f"{STACK_START_S} s"
+                    tail = log_path.read_text(errors="replace").splitlines()[-40:]
+                    raise RuntimeError(
+                        f"the server did not start ({waited}); make run printed:\n"
+                        + "\n".join(tail)
+                    ) from None
                 time.sleep(0.3)
         yield port
     finally:
