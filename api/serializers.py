@@ -15,8 +15,10 @@ from rest_framework import serializers
 from payments.claims import CLAIM_RESULTS
 from payments.models import BILLING_LIMITS, VAT_ID, Invoice, Refund
 from payments.panel import asks_for_payment, confirmations, delayed_since, payment_uri
+from provisioning import access
 from provisioning.models import ProvisioningJob, SplitTest
 from provisioning.report import split_test_summary
+from provisioning.services import accounts_for
 from reservations.models import (
     CHECK_LIMIT,
     MAX_CHECKPOINTS,
@@ -599,6 +601,41 @@ class ProvisioningLotSerializer(serializers.Serializer):
     accounts = ProvisioningAccountSerializer(
         many=True, help_text="Only while the lot is ready; empty before and after"
     )
+
+
+def lot_access(job: ProvisioningJob) -> dict[str, object]:
+    """A lot as ProvisioningLotSerializer shows it (the API's provisioning answer and the
+    webhooks' ``data.lot``)."""
+    cards = dict(accounts_for(job))
+    ready = job.status == ProvisioningJob.Status.READY
+    return {
+        "lot": str(job.lot),
+        "host": job.lot.host.name,
+        "status": job.status,
+        "steps_done": job.steps_done,
+        "steps_total": len(ProvisioningJob.STEPS),
+        "current_step": job.next_step,
+        # The operator's error text (host stderr, key fingerprints, settings) stays in the
+        # desk, as on the order page: the researcher learns which step failed.
+        "error": (
+            f"Preparing this lot failed at {job.next_step}; the operator sees it in the desk "
+            "and will retry."
+            if job.status == ProvisioningJob.Status.FAILED
+            else None
+        ),
+        "access_opens_at": access.access_opens_at(job),
+        "access_closes_at": access.access_closes_at(job),
+        "ready_at": job.ready_at,
+        "revoked_at": job.revoked_at,
+        "accounts": [
+            {
+                "account": account,
+                "cards": cards.get(account, ""),
+                "ssh": job.ssh_command(account),  # the order page's line
+            }
+            for account in (job.accounts if ready else [])
+        ],
+    }
 
 
 class ProvisioningSerializer(serializers.Serializer):

@@ -43,9 +43,8 @@ from payments import claims, invoicing, nodes, receipts, refund_due, refunds
 from payments.models import Asset, Invoice
 from payments.rpc import RpcError, RpcUnavailable
 from payments.views import pdf_response
-from provisioning import access, split_tests
+from provisioning import split_tests
 from provisioning.models import ProvisioningJob
-from provisioning.services import accounts_for
 from reservations import availability, campaign, fairness, services
 from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
@@ -583,39 +582,6 @@ def _jobs(request: Request, order: Order) -> models.QuerySet[ProvisioningJob]:
     )
 
 
-def _lot_access(job: ProvisioningJob) -> dict[str, object]:
-    cards = dict(accounts_for(job))
-    ready = job.status == ProvisioningJob.Status.READY
-    return {
-        "lot": str(job.lot),
-        "host": job.lot.host.name,
-        "status": job.status,
-        "steps_done": job.steps_done,
-        "steps_total": len(ProvisioningJob.STEPS),
-        "current_step": job.next_step,
-        # The operator's error text (host stderr, key fingerprints, settings) stays in the
-        # desk, as on the order page: the researcher learns which step failed.
-        "error": (
-            f"Preparing this lot failed at {job.next_step}; the operator sees it in the desk "
-            "and will retry."
-            if job.status == ProvisioningJob.Status.FAILED
-            else None
-        ),
-        "access_opens_at": access.access_opens_at(job),
-        "access_closes_at": access.access_closes_at(job),
-        "ready_at": job.ready_at,
-        "revoked_at": job.revoked_at,
-        "accounts": [
-            {
-                "account": account,
-                "cards": cards.get(account, ""),
-                "ssh": job.ssh_command(account),  # the order page's line
-            }
-            for account in (job.accounts if ready else [])
-        ],
-    }
-
-
 class ProvisioningView(APIView):
     permission_classes = (IsAuthenticated,)
 
@@ -633,7 +599,7 @@ class ProvisioningView(APIView):
         jobs = _jobs(request, order).defer("report")
         body = {
             "order": order,
-            "lots": [_lot_access(job) for job in jobs],
+            "lots": [s.lot_access(job) for job in jobs],
         }
         return Response(s.ProvisioningSerializer(body).data)
 

@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "api",
     "pages",
     "desk",
+    "webhooks",
     "axes",
 ]
 
@@ -240,6 +241,26 @@ HELP_EMAIL = env_str("HELP_EMAIL", "help@localhost") or ""
 HELP_URL = env_str("HELP_URL", "") or ""
 """An optional help page, shown next to HELP_EMAIL."""
 
+# --- Webhooks (webhooks.services) ---
+WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
+"""A delivery's whole exchange (connect, send, answer) is cut after this."""
+WEBHOOK_MAX_ENDPOINTS = env_int("WEBHOOK_MAX_ENDPOINTS", 10, minimum=1)
+"""The most endpoints one account may have."""
+WEBHOOK_DISABLE_AFTER_DAYS = env_int("WEBHOOK_DISABLE_AFTER_DAYS", 3, minimum=1)
+"""An endpoint failing this long is turned off and its owner mailed."""
+WEBHOOK_SECRETS_KEY = env_str("WEBHOOK_SECRETS_KEY", "") or ""
+"""The Fernet key that seals the endpoints' signing secrets in the database (derived from
+DJANGO_SECRET_KEY when not given: either way it lives in the environment, not the dump)."""
+WEBHOOK_ALLOW_PRIVATE_ADDRESSES = env_bool("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", default=DEBUG)
+"""Deliver to loopback and private addresses: local development and the tests only."""
+WEBHOOK_ALLOW_HTTP = env_bool("WEBHOOK_ALLOW_HTTP", default=DEBUG)
+"""Accept http:// endpoints: local development and the tests only."""
+if not DEBUG and (WEBHOOK_ALLOW_PRIVATE_ADDRESSES or WEBHOOK_ALLOW_HTTP):
+    raise ImproperlyConfigured(
+        "WEBHOOK_ALLOW_PRIVATE_ADDRESSES and WEBHOOK_ALLOW_HTTP are for development "
+        "(DJANGO_DEBUG=1)"
+    )
+
 # --- Celery (Redis broker). Tasks take primary keys and are enqueued after commit. ---
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None
@@ -274,12 +295,21 @@ PROVISIONING_CLOCK_QUEUE = (
 )
 """The queue of the access tick. Give it a worker of its own (`make run` and docker-compose
 do) so that a tick never waits behind a long benchmark: a window's end is revoked on time."""
+WEBHOOK_QUEUE = env_str("WEBHOOK_QUEUE", CELERY_TASK_DEFAULT_QUEUE) or CELERY_TASK_DEFAULT_QUEUE
+"""The queue of webhook deliveries. Give it a worker of its own with a thread pool (`make run`
+and docker-compose do): a slow receiver then never delays provisioning or payments."""
 CELERY_TASK_ROUTES = {"provisioning.tasks.access_tick": {"queue": PROVISIONING_CLOCK_QUEUE}}
+if WEBHOOK_QUEUE != CELERY_TASK_DEFAULT_QUEUE:  # else they follow the default queue
+    CELERY_TASK_ROUTES.update(
+        {f"webhooks.tasks.{name}": {"queue": WEBHOOK_QUEUE} for name in ("deliver", "deliver_due")}
+    )
 PAYMENT_SCAN_SECONDS = env_int("PAYMENT_SCAN_SECONDS", 5, minimum=1)
 """How often beat runs the payment scanner over every open invoice."""
 PAYMENT_REFUND_CHECK_SECONDS = env_int("PAYMENT_REFUND_CHECK_SECONDS", 30, minimum=1)
 """How often beat verifies the refunds sent (their transactions on-chain) and mails each
 step of a refund."""
+WEBHOOK_DUE_SECONDS = env_int("WEBHOOK_DUE_SECONDS", 5, minimum=1)
+"""How often beat looks for webhook deliveries that are due (retries, lost tasks)."""
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "expire-unpaid-holds": {
         "task": "payments.tasks.expire_unpaid_holds",
@@ -312,6 +342,14 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "check-refunds": {
         "task": "payments.tasks.check_refunds",
         "schedule": timedelta(seconds=PAYMENT_REFUND_CHECK_SECONDS),
+    },
+    "webhooks-due": {  # retries that are due, and deliveries whose task was lost
+        "task": "webhooks.tasks.deliver_due",
+        "schedule": timedelta(seconds=WEBHOOK_DUE_SECONDS),
+    },
+    "webhooks-disable-failing": {
+        "task": "webhooks.tasks.disable_failing",
+        "schedule": crontab(minute="17"),
     },
 }
 

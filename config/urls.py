@@ -14,6 +14,7 @@ handler500 = "infra.outages.server_error"
 urlpatterns = [
     path("admin/", include("desk.urls")),
     path("healthz", health, name="health"),
+    path("api/v1/webhooks/", include("webhooks.api_urls")),
     path("api/v1/", include("api.urls")),
     # The split-test command of every delivered account, for anywhere else (no language).
     path("tools/gpulots.py", split_test_tool, name="split_test_tool"),
@@ -30,4 +31,5 @@ urlpatterns += i18n_patterns(
     path("", include("provisioning.urls")),
     path("account/", include("accounts.urls")),
     path("account/tokens/", include("api.token_urls")),
+    path("account/webhooks/", include("webhooks.urls")),
 )

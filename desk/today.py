@@ -31,6 +31,7 @@ from provisioning import fleet
 from provisioning.models import AccessGrant, ProvisioningJob
 from reservations import campaign
 from reservations.models import Host, Lot, Order
+from webhooks import services as webhooks
 
 SHOWN = 8
 """Items listed per section (the count and the link give the rest)."""
@@ -268,6 +269,27 @@ def failed_reactions() -> Section:
     )
 
 
+def failing_webhooks() -> Section:
+    """Webhook endpoints whose last attempt failed: their deliveries are retried for about
+    32 hours; an endpoint failing for WEBHOOK_DISABLE_AFTER_DAYS is turned off and its
+    owner mailed."""
+    return _section(
+        "failing_webhooks",
+        _("Webhook endpoints failing"),
+        _(
+            "Their deliveries are retried by themselves; the log says what the endpoint "
+            "answers. Tell its owner, or turn it off."
+        ),
+        webhooks.failing_endpoints().select_related("owner"),
+        lambda e: Item(
+            f"{e.url} ({e.owner.email})",
+            _change(e),
+            _("failing since %(since)s") % {"since": _when(e.failing_since)},
+        ),
+        _changelist("webhooks", "endpoint", "enabled__exact=1&failing_since__isempty=0"),
+    )
+
+
 def windows(now: datetime, *, opening: bool) -> Section:
     soon = now + timedelta(hours=24)
     booked = (Order.STATUS_PAID, Order.STATUS_APPROVED, Order.STATUS_ACTIVE)
@@ -428,6 +450,7 @@ def sections(now: datetime | None = None) -> list[Section]:
     an alarm, not a routine: that section shows only while one waits."""
     now = now or timezone.now()
     failures = failed_reactions()
+    hooks = failing_webhooks()
     return [
         approvals(),
         payment_decisions(now),
@@ -436,6 +459,7 @@ def sections(now: datetime | None = None) -> list[Section]:
         drifting_lots(),
         refused_host_keys(),
         *([failures] if failures.count else []),
+        *([hooks] if hooks.count else []),
         revocations_overdue(now),
         campaigns(now),
         chains(now),

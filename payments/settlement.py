@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from payments import integrity
+from payments.events import invoice_exception
 from payments.models import Invoice, Transfer, units
 from reservations import services as reservations
 from reservations.errors import BookingRefused, refusal
@@ -169,6 +170,9 @@ def recompute(
             check_delayed=False,
             settled_at=settled_at,
         )
+        changed = (status, exception) != (invoice.status, invoice.exception)
+        if changed and (exception != Invoice.EXCEPTION_NONE or held):
+            invoice_exception.announce(invoice_id=invoice.pk)
     if held:
         integrity.alert_held(invoice)
     settled = invoice.status != Invoice.STATUS_SETTLED and status == Invoice.STATUS_SETTLED

@@ -32,3 +32,16 @@ access_closed = Event(
     "confirmed on the host (provisioning.services._revoke_lots, for revoke_due and cancellations).",
     payload=LOT,
 )
+lot_held = Event(
+    "lot.held",
+    meaning="A lot stopped before delivery because its validation failed or crashed (or its "
+    "cards were not the ones seen); it waits for the operator to release it or retry "
+    "(provisioning.services._hold).",
+    payload=LOT,
+)
+access_closing_soon = Event(
+    "access.closing_soon",
+    meaning="An active order's window ends within PROVISIONING_REMINDER_HOURS; the researcher "
+    "is mailed once (provisioning.services.remind_before_end).",
+    payload={"order_id": "the order's primary key"},
+)

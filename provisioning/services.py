@@ -24,7 +24,14 @@ from django.utils import timezone
 from provisioning import access
 from provisioning import keys as key_change
 from provisioning.backends import Backend, HostKeyRefused, StepFailed
-from provisioning.events import access_closed, access_opened, order_approved, report_ready
+from provisioning.events import (
+    access_closed,
+    access_closing_soon,
+    access_opened,
+    lot_held,
+    order_approved,
+    report_ready,
+)
 from provisioning.hosts import backend_for
 from provisioning.models import AccessGrant, ProvisioningJob
 from provisioning.ssh import fingerprint
@@ -202,11 +209,7 @@ def _run_steps(
                 report = backend.fetch_report(host, report_path)
                 ProvisioningJob.objects.filter(pk=job.pk).update(report=report)
                 report_ready.announce(order_id=job.order_id, job_id=job.pk)
-                if (
-                    _devices_wrong(report)
-                    or acceptance_failures(report, sandbox=sandbox)
-                    or ("error" in report and settings.PROVISIONING_HOLD_ON_CRASH)
-                ):
+                if _holds(report, sandbox=sandbox):
                     ProvisioningJob.objects.filter(pk=job.pk).update(access_held=True)
         elif step == "mark_ready":
             return _open_access(
@@ -346,6 +349,25 @@ def acceptance_failures(report: dict[str, Any], *, sandbox: bool) -> list[str]:
     return reasons
 
 
+def _holds(report: dict[str, Any], *, sandbox: bool) -> bool:
+    """Whether this report stops the lot before delivery (for the operator to decide)."""
+    return bool(
+        _devices_wrong(report)
+        or acceptance_failures(report, sandbox=sandbox)
+        or ("error" in report and settings.PROVISIONING_HOLD_ON_CRASH)
+    )
+
+
+def acceptance(job: ProvisioningJob) -> tuple[bool, str]:
+    """Whether the lot's stored report accepts it, and in a few words why not (what the
+    operator reads when it is held), as the report's readers (webhooks) say it."""
+    report = job.report if isinstance(job.report, dict) else {}
+    sandbox = is_sandbox(backend_for(job.lot.host), job.lot.host)
+    if _holds(report, sandbox=sandbox):
+        return False, hold_reason(report, sandbox=sandbox).removeprefix("access held: ")
+    return True, "accepted"
+
+
 def hold_reason(report: dict[str, Any], *, sandbox: bool) -> str:
     """The held job's reason, as the operator reads it on the job and the order's history."""
     if _devices_wrong(report):
@@ -376,6 +398,7 @@ def _hold(job: ProvisioningJob, mine: models.QuerySet[ProvisioningJob], *, sandb
     with transaction.atomic():
         if mine.update(status=ProvisioningJob.Status.HELD, error=reason):
             record_note(job.order, actor=system("provisioning"), reason=f"{job.lot}: {reason}")
+            lot_held.announce(order_id=job.order_id, job_id=job.pk)
     job.refresh_from_db()
 
 
@@ -682,12 +705,14 @@ def remind_before_end(*, now: datetime | None = None) -> int:
         with transaction.atomic():  # the audit entry commits with the stamp
             if notifications.send_once(order.pk, "order_ending", "ending_mail_sent_at", now=now):
                 record_note(order, actor=system("reminder"), reason="the window ends soon: mailed")
+                access_closing_soon.announce(order_id=order.pk)
                 sent += 1
     return sent
 
 
 __all__ = [
     "StepFailed",
+    "acceptance",
     "approve_order",
     "fail_job",
     "hold_access",

@@ -42,6 +42,7 @@ RUN_ENV: dict[str, str] = {
     "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/gpulots",
     "REDIS_URL": "redis://127.0.0.1:6379/0",
     "PROVISIONING_CLOCK_QUEUE": "gpulots-clock",
+    "WEBHOOK_QUEUE": "gpulots-hooks",
 }
 """Every environment variable `make run` itself reads, with its default (the settings read
 theirs through ``infra.env``, listed in ``READ``; the documentation's table lists both, and
@@ -60,10 +61,12 @@ COLOURS = {
     "web": "\033[36m",
     "worker": "\033[33m",
     "clock": "\033[34m",
+    "hooks": "\033[94m",
     "beat": "\033[35m",
     "chain": "\033[32m",
 }
 CLOCK_QUEUE = run_env("PROVISIONING_CLOCK_QUEUE")
+HOOKS_QUEUE = run_env("WEBHOOK_QUEUE")
 RESET = "\033[0m"
 RESTART_LIMIT = 5
 """Restarts of one child within RESTART_WINDOW seconds before `make run` gives up."""
@@ -316,6 +319,7 @@ def pay_command() -> str:
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("PROVISIONING_CLOCK_QUEUE", CLOCK_QUEUE)
+    os.environ.setdefault("WEBHOOK_QUEUE", HOOKS_QUEUE)
     database_url = run_env("DATABASE_URL")
     redis_url = run_env("REDIS_URL")
     host = run_env("HOST")
@@ -354,6 +358,18 @@ def main() -> int:
         # The access tick's own worker: opening and closing access never waits behind a
         # benchmark that keeps the other worker busy.
         "clock": celery_worker("--pool", "solo", "--queues", CLOCK_QUEUE, "--hostname", "clock@%h"),
+        # Webhook deliveries on threads (each mostly waits on a receiver's answer): a slow
+        # receiver never delays provisioning or payments.
+        "hooks": celery_worker(
+            "--pool",
+            "threads",
+            "--concurrency",
+            "8",
+            "--queues",
+            HOOKS_QUEUE,
+            "--hostname",
+            "hooks@%h",
+        ),
         "beat": [
             str(BIN / "celery"),
             "-A",

@@ -16,7 +16,7 @@ from infra import env
 from infra.env import READ, database_from_url, env_bool, env_int, env_str
 
 ROOT = Path(__file__).resolve().parent.parent
-APP_SERVICES = ("web", "worker", "clock", "beat")
+APP_SERVICES = ("web", "worker", "clock", "hooks", "beat")
 
 
 def manage(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -104,6 +104,9 @@ def test_compose_runs_every_service_the_app_needs() -> None:
         clock[clock.index("--queues") + 1]
         == services["clock"]["environment"]["PROVISIONING_CLOCK_QUEUE"]
     )
+    hooks = services["hooks"]["command"]
+    assert hooks[hooks.index("--queues") + 1] == services["hooks"]["environment"]["WEBHOOK_QUEUE"]
+    assert hooks[hooks.index("--pool") + 1] == "threads"
     assert "gunicorn" in " ".join(services["web"]["command"])
     assert (ROOT / "Dockerfile").exists()
 

@@ -129,6 +129,7 @@ def test_make_run_starts_web_workers_and_beat_and_ctrl_c_stops_them(stack: Stack
     login = stack.wait_for(r"Operator login: (\S+) / (\S+)")
     stack.wait_for(r"worker \| .*ready\.")
     stack.wait_for(r"clock \| .*ready\.")  # the access tick's own worker
+    stack.wait_for(r"hooks \| .*ready\.")  # the webhook deliveries' own worker
     stack.wait_for(r"beat \| .*beat: Starting")
     assert "Catalogue loaded." in stack.output
     assert "Dev chain ready" in stack.output
@@ -142,7 +143,7 @@ def test_make_run_starts_web_workers_and_beat_and_ctrl_c_stops_them(stack: Stack
     children = subprocess.run(
         ["pgrep", "-P", str(stack.process.pid)], capture_output=True, text=True
     ).stdout.split()
-    assert len(children) == 5  # web, worker, clock, beat, dev chain
+    assert len(children) == 6  # web, worker, clock, hooks, beat, dev chain
     # Links in mails and pages follow the port it serves on; the demo's settings are on.
     for pid in children[1:]:  # the dev chain (anvil) is started first
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

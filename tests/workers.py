@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +63,7 @@ def start_worker(
     *,
     beat_schedule: Path | None = None,
     environ: dict[str, str] | None = None,
-) -> Iterator[WorkerProcess]:
+) -> Generator[WorkerProcess, None, None]:
     """Start ``celery worker`` on a queue of its own against the current test database;
     with ``beat_schedule``, beat runs inside it too (its schedule kept in that file), sending
     the periodic tasks to the same queue. ``environ`` adds settings for the worker."""
