@@ -5,12 +5,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
 
-from api.errors import MAX_JSON_DEPTH, JsonTooDeep, RequestTooLarge
 from provisioning import split_tests
 
 MAX_BODY = 64 * 1024
+
+
+class RequestTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "request_too_large"
+
+
+MAX_JSON_DEPTH = 16
+"""The deepest nesting of arrays and objects a body may have (the API's own are 2 deep)."""
+
+
+class JsonTooDeep(exceptions.ParseError):
+    default_detail = (
+        f"The JSON body nests arrays or objects too deeply (at most {MAX_JSON_DEPTH} levels)."
+    )
+    default_code = "json_too_deep"
 
 
 class BoundedJSONParser(JSONParser):

@@ -19,12 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def fresh_database(name: str) -> None:
-    """Drop and recreate database ``name``, point Django at it, migrate."""
+def fresh_database(name: str, *, debug: bool = False) -> None:
+    """Drop and recreate database ``name``, point Django at it, migrate. ``debug``: with
+    DJANGO_DEBUG=1 (what delivers to loopback, say; the benchmark must say so)."""
     import psycopg
     from psycopg import sql
 
-    os.environ["DJANGO_DEBUG"] = "0"
+    os.environ["DJANGO_DEBUG"] = "1" if debug else "0"
     os.environ.setdefault("DJANGO_SECRET_KEY", "benchmark-only-not-a-secret")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ["LOG_LEVEL"] = "WARNING"

@@ -528,7 +528,7 @@ REST_FRAMEWORK = {
         "token": env_rate("API_THROTTLE_TOKEN", "120/minute"),
         "address": env_rate("API_THROTTLE_ADDRESS", "300/minute"),
     },
-    "EXCEPTION_HANDLER": "api.errors.handle",
+    "EXCEPTION_HANDLER": "api.handler.handle",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }

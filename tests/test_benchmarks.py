@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,6 +139,29 @@ def test_the_inventory_attack_holds_no_more_than_the_share_and_can_fail() -> Non
     code, unlimited = run_bench("inventory_attack.py", "--max-attempts", "24", "--no-limits")
     assert code == 0, unlimited
     assert unlimited["meets_target"] is False, unlimited  # the measurement can fail
+
+
+def test_the_webhooks_benchmark_delivers_everything_and_compares_the_failing_endpoint() -> None:
+    code, printed = run_bench(
+        "webhook_delivery.py", "--events", "10", "--endpoints", "4", "--idle-samples", "3"
+    )
+    report: dict[str, Any] = printed
+    assert code == 0
+    assert report["deliveries_per_load"] == 40
+    idle = report["idle_first_attempt_ms"]
+    assert idle["samples"] == 3 * 3  # three healthy endpoints, three events
+    assert 0 < idle["p50"] <= idle["p95"]
+    assert idle["met"] == (idle["p95"] < 2000)
+    with_failing, without = report["load"]
+    for phase in (with_failing, without):
+        assert phase["healthy_deliveries"] == 10 * 3  # every one arrived
+        assert phase["deliveries_per_s"] > 0
+    assert report["healthy_p95_ratio_with_vs_without_failing"] == round(
+        with_failing["p95_ms"] / without["p95_ms"], 2
+    )
+    # the failing endpoint was tried (each of its deliveries one at a time, or waiting)
+    assert report["failing_endpoint_attempts"] >= 1
+    assert report["debug"] is True
 
 
 def profile_of(script: str, *args: str) -> str:

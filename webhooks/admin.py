@@ -110,16 +110,13 @@ class EndpointAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Endpoint, form: Any, change: bool) -> None:
         fields = {name: form.cleaned_data.get(name) for name in EndpointAdminForm.Meta.fields}
         fields["event_types"] = fields["event_types"] or []
-        if change:
-            services.update_endpoint(obj, **fields)
+        if change:  # from the row as stored: ``obj`` already holds the form's values
+            services.update_endpoint(Endpoint.objects.get(pk=obj.pk), **fields)
             return
         assert isinstance(request.user, User)
         endpoint, secret = services.create_endpoint(request.user, **fields)
         obj.pk, obj.public_id = endpoint.pk, endpoint.public_id
         request._webhook_secret = secret  # type: ignore[attr-defined]
-
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
-        pass  # deliveries are the services' records, never saved from this form
 
     def response_add(
         self, request: HttpRequest, obj: Endpoint, post_url_continue: Any = None

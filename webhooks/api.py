@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from accounts.models import User
 from api.errors import refusal_body
 from api.serializers import StrictSerializer
+from api.views import ERROR, ERRORS
 from webhooks import catalogue, services
 from webhooks.models import Attempt, Delivery, Endpoint
 
@@ -138,25 +139,34 @@ def _refused(exc: ValidationError) -> Response:
     return Response(refusal_body(exc), status=status.HTTP_400_BAD_REQUEST)
 
 
-NOT_FOUND = OpenApiResponse(description="No such endpoint among this token's")
+NOT_FOUND = OpenApiResponse(ERROR, "No such endpoint (or delivery) among this token's")
+REFUSED = OpenApiResponse(ERROR, "Refused: `code` says which rule, `fields` which field")
+MINE = {401: ERRORS[401], 404: NOT_FOUND, 429: ERRORS[429]}
+"""What every call on one endpoint may also answer."""
 
 
 class EventTypesView(APIView):
-    @extend_schema(responses={200: EventTypeSerializer(many=True)}, summary="Webhook events")
+    @extend_schema(
+        responses={200: EventTypeSerializer(many=True), 401: ERRORS[401], 429: ERRORS[429]},
+        summary="Webhook events",
+    )
     def get(self, request: Request) -> Response:
         events = catalogue.offered(operator=_user(request).is_staff)
         return Response(EventTypeSerializer(events, many=True).data)
 
 
 class EndpointsView(APIView):
-    @extend_schema(responses={200: EndpointSerializer(many=True)}, summary="Your endpoints")
+    @extend_schema(
+        responses={200: EndpointSerializer(many=True), 401: ERRORS[401], 429: ERRORS[429]},
+        summary="Your endpoints",
+    )
     def get(self, request: Request) -> Response:
         mine = Endpoint.objects.filter(owner=_user(request))
         return Response(EndpointSerializer(mine, many=True).data)
 
     @extend_schema(
         request=EndpointWriteSerializer,
-        responses={201: NewSecretSerializer, 400: OpenApiResponse(description="Refused")},
+        responses={201: NewSecretSerializer, 400: REFUSED, 401: ERRORS[401], 429: ERRORS[429]},
         summary="Register an endpoint (its secret is in this answer only)",
     )
     def post(self, request: Request) -> Response:
@@ -172,13 +182,13 @@ class EndpointsView(APIView):
 
 
 class EndpointView(APIView):
-    @extend_schema(responses={200: EndpointSerializer, 404: NOT_FOUND}, summary="An endpoint")
+    @extend_schema(responses={200: EndpointSerializer, **MINE}, summary="An endpoint")
     def get(self, request: Request, endpoint_id: str) -> Response:
         return Response(EndpointSerializer(_mine(request, endpoint_id)).data)
 
     @extend_schema(
         request=EndpointWriteSerializer,
-        responses={200: EndpointSerializer, 400: OpenApiResponse(description="Refused")},
+        responses={200: EndpointSerializer, 400: REFUSED, **MINE},
         summary="Change an endpoint (turned on again: what is pending follows)",
     )
     def patch(self, request: Request, endpoint_id: str) -> Response:
@@ -191,7 +201,7 @@ class EndpointView(APIView):
             return _refused(exc)
         return Response(EndpointSerializer(endpoint).data)
 
-    @extend_schema(responses={204: None, 404: NOT_FOUND}, summary="Delete an endpoint")
+    @extend_schema(responses={204: None, **MINE}, summary="Delete an endpoint")
     def delete(self, request: Request, endpoint_id: str) -> Response:
         services.delete_endpoint(_mine(request, endpoint_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -200,7 +210,7 @@ class EndpointView(APIView):
 class RotateView(APIView):
     @extend_schema(
         request=None,
-        responses={200: NewSecretSerializer, 404: NOT_FOUND},
+        responses={200: NewSecretSerializer, **MINE},
         summary="A new secret (the old one signs too for 24 hours)",
     )
     def post(self, request: Request, endpoint_id: str) -> Response:
@@ -212,7 +222,7 @@ class RotateView(APIView):
 class TestEventView(APIView):
     @extend_schema(
         request=None,
-        responses={202: DeliverySerializer, 404: NOT_FOUND},
+        responses={202: DeliverySerializer, **MINE},
         summary="Send a test event (`webhook.test`) to this endpoint",
     )
     def post(self, request: Request, endpoint_id: str) -> Response:
@@ -231,7 +241,7 @@ def deliveries_of(endpoint: Endpoint) -> list[Delivery]:
 
 class DeliveriesView(APIView):
     @extend_schema(
-        responses={200: DeliverySerializer(many=True), 404: NOT_FOUND},
+        responses={200: DeliverySerializer(many=True), **MINE},
         summary=f"The delivery log: the latest {DELIVERIES_SHOWN}, newest first",
     )
     def get(self, request: Request, endpoint_id: str) -> Response:
@@ -244,8 +254,8 @@ class RedeliverView(APIView):
         request=None,
         responses={
             202: DeliverySerializer,
-            404: NOT_FOUND,
-            409: OpenApiResponse(description="endpoint_disabled: turn it on first"),
+            **MINE,
+            409: OpenApiResponse(ERROR, "endpoint_disabled: turn it on first"),
         },
         summary="Redeliver: one more attempt now, with the same webhook-id",
     )

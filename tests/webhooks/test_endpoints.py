@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from accounts.models import User
 from api.models import ApiToken
@@ -267,3 +268,34 @@ def test_todays_desk_lists_the_endpoints_that_fail(
     log = client.get(f"/admin/webhooks/delivery/{Delivery.objects.get().pk}/change/")
     assert log.status_code == 200
     assert "500" in log.content.decode()
+
+
+def test_turning_an_endpoint_on_again_in_the_desk_makes_what_is_pending_due(
+    operator: User, researcher: User, receiver: Receiver, client: Client, ada_order: Order
+) -> None:
+    hook, _secret = services.create_endpoint(
+        researcher, url=receiver.url("/ada", Script(statuses=[500])), event_types=[]
+    )
+    order_placed.announce(order_id=ada_order.pk)
+    delivery = Delivery.objects.get()
+    services.deliver(delivery.pk)
+    services.update_endpoint(hook, enabled=False)
+    client.force_login(operator)
+    page = client.post(
+        f"/admin/webhooks/endpoint/{hook.pk}/change/",
+        {
+            "url": hook.url,
+            "description": "",
+            "enabled": "on",
+            "deliveries-TOTAL_FORMS": "0",
+            "deliveries-INITIAL_FORMS": "0",
+            "deliveries-MIN_NUM_FORMS": "0",
+            "deliveries-MAX_NUM_FORMS": "0",
+        },
+    )
+    assert page.status_code == 302, page.content.decode()[:2000]
+    hook.refresh_from_db()
+    delivery.refresh_from_db()
+    assert (hook.enabled, hook.failing_since) == (True, None)
+    assert delivery.next_attempt_at is not None
+    assert delivery.next_attempt_at <= timezone.now()  # due at once, not in 5 seconds
