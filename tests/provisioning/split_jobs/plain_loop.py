@@ -57,9 +57,10 @@ def one_step(index: int) -> None:
     ddp(x).pow(2).mean().backward()
     optimizer.step()
     optimizer.zero_grad()
-    if trace:
-        with open(f"{trace}.{world}.{rank}", "w") as out:
+    if trace:  # replaced whole: a rank stopped mid-write never leaves an empty count
+        with open(f"{trace}.{world}.{rank}.tmp", "w") as out:
             out.write(str(index + 1))
+        os.replace(f"{trace}.{world}.{rank}.tmp", f"{trace}.{world}.{rank}")
 
 
 if os.environ.get("SPLIT_JOB_MARK") == "step":
