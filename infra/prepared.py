@@ -29,6 +29,9 @@ def execute_prepared(sql: str, params: Any) -> tuple[Any, ...] | None:
     goes through the connection's execute wrappers and, while queries are logged (DEBUG,
     ``django_assert_num_queries``), into its query log."""
     connection.validate_no_broken_transaction()
+    # As Django's own cursor() does: a connection a database restart killed is dropped
+    # here (CONN_HEALTH_CHECKS, once per request) and a new one made, not used and failed.
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
     started = time.monotonic()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
