@@ -288,6 +288,9 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / "var" / "celerybeat-schedule")
+# Each periodic message carries its period's number: a second beat started by mistake
+# sends the same one, and the task finds it claimed (infra.beat).
+CELERY_BEAT_SCHEDULER = "infra.beat:SlottedScheduler"
 PROVISIONING_TICK_SECONDS = env_int("PROVISIONING_TICK_SECONDS", 60, minimum=1)
 """How often beat opens and closes access that is due (and catches up with the overdue)."""
 PROVISIONING_CLOCK_QUEUE = (

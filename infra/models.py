@@ -49,3 +49,18 @@ class FailedReaction(models.Model):
             "attempts": self.attempts,
             "when": when,
         }
+
+
+class BeatClaim(models.Model):
+    """One run of a periodic task in one of its slots (infra.beat): a second beat started
+    by mistake sends the same slot, and finds it taken."""
+
+    task = models.CharField(max_length=120)
+    slot = models.BigIntegerField(help_text="The schedule's period number since the epoch.")
+    claimed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "slot"], name="one_run_a_slot")]
+
+    def __str__(self) -> str:
+        return f"{self.task} #{self.slot}"

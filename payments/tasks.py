@@ -9,6 +9,7 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
+from infra.beat import once_per_slot
 from payments import claims, expiry, invoicing, nodes, refunds, scanning
 from payments.models import Chain, Invoice
 from payments.rpc import RpcError, RpcUnavailable
@@ -19,6 +20,7 @@ SCAN_LOCK_SECONDS = 120
 
 
 @shared_task(name="payments.tasks.scan_open_invoices", acks_late=True)
+@once_per_slot  # one run a period, however many beats send it
 def scan_open_invoices() -> int:
     """Beat, every few seconds: one scan cycle per active chain — and per inactive one while
     invoices made on it are watched, so that money sent there is recorded (never settled:
@@ -48,6 +50,7 @@ def scan_open_invoices() -> int:
 
 
 @shared_task(name="payments.tasks.expire_unpaid_holds", acks_late=True)
+@once_per_slot  # one run a period, however many beats send it
 def expire_unpaid_holds() -> int:
     """Beat, every minute: the unpaid orders whose hold has ended, decided by the chain
     (payments.expiry); a missed run is caught up by the next one."""
@@ -62,6 +65,7 @@ def verify_invoice(invoice_id: int) -> str:
 
 
 @shared_task(name="payments.tasks.check_refunds", acks_late=True)
+@once_per_slot  # one run a period, however many beats send it
 def check_refunds() -> int:
     """Beat, every PAYMENT_REFUND_CHECK_SECONDS (and once after the operator records a
     refund): verify the refunds sent on-chain and mail each step (refunds.check_refunds).

@@ -8,6 +8,7 @@ from celery import shared_task
 from celery.app.task import Task
 from django.core.cache import cache
 
+from infra.beat import once_per_slot
 from provisioning import keys, schedule, services
 from provisioning.backends import HostKeyRefused, StepFailed
 from provisioning.models import ProvisioningJob
@@ -58,6 +59,7 @@ TICK_LOCK_SECONDS = 300
 
 
 @shared_task(name="provisioning.tasks.access_tick", acks_late=True)
+@once_per_slot  # one run a period, however many beats send it
 def access_tick() -> dict[str, int]:
     """Beat: open, close, resume and remind whatever is due (provisioning.schedule). A tick
     still running elsewhere is not doubled (its lock expires if that worker died)."""

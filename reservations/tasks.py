@@ -6,6 +6,7 @@ from smtplib import SMTPException
 
 from celery import shared_task
 
+from infra.beat import once_per_slot
 from reservations import campaign, notifications
 
 
@@ -34,6 +35,7 @@ def send_order_mail(order_id: int, name: str) -> None:
 
 
 @shared_task(name="reservations.tasks.send_missing_order_mails", acks_late=True)
+@once_per_slot  # one run a period, however many beats send it
 def send_missing_order_mails() -> int:
     """Beat: mail every recent order whose link was never mailed (broker down when it was
     placed, task lost, worker killed)."""
@@ -41,6 +43,7 @@ def send_missing_order_mails() -> int:
 
 
 @shared_task(name="reservations.tasks.send_checkpoint_reminders", acks_late=True)
+@once_per_slot  # one run a period, however many beats send it
 def send_checkpoint_reminders() -> int:
     """Beat: mail the reminders of 30-day campaigns' checkpoints that are due (catching up
     after downtime, never twice: reservations.campaign)."""

@@ -58,6 +58,17 @@ class WorkerProcess:
         return False
 
 
+def current_database_url() -> str:
+    """The current test database as a DATABASE_URL, for the processes a test starts."""
+    settings = connection.settings_dict
+    user = settings["USER"] or "postgres"
+    password = f":{settings['PASSWORD']}" if settings["PASSWORD"] else ""
+    return (
+        f"postgres://{user}{password}@{settings['HOST'] or '127.0.0.1'}:"
+        f"{settings['PORT'] or 5432}/{settings['NAME']}"
+    )
+
+
 def start_worker(
     timeout: float = 120,
     *,
@@ -67,13 +78,7 @@ def start_worker(
     """Start ``celery worker`` on a queue of its own against the current test database;
     with ``beat_schedule``, beat runs inside it too (its schedule kept in that file), sending
     the periodic tasks to the same queue. ``environ`` adds settings for the worker."""
-    settings = connection.settings_dict
-    user = settings["USER"] or "postgres"
-    password = f":{settings['PASSWORD']}" if settings["PASSWORD"] else ""
-    database_url = (
-        f"postgres://{user}{password}@{settings['HOST'] or '127.0.0.1'}:"
-        f"{settings['PORT'] or 5432}/{settings['NAME']}"
-    )
+    database_url = current_database_url()
     queue = f"test-{uuid.uuid4().hex[:12]}"
     environ = {
         **os.environ,

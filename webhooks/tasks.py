@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from infra.beat import once_per_slot
 from webhooks import services
 
 
@@ -15,12 +16,14 @@ def deliver(delivery_id: int, *, by_hand: bool = False) -> bool:
 
 
 @shared_task(name="webhooks.tasks.deliver_due", acks_late=True, ignore_result=True)
+@once_per_slot  # one run a period, however many beats send it
 def deliver_due() -> int:
     """Beat, every few seconds: enqueue the retries that are due and the lost deliveries."""
     return services.queue_due()
 
 
 @shared_task(name="webhooks.tasks.disable_failing", acks_late=True, ignore_result=True)
+@once_per_slot  # one run a period, however many beats send it
 def disable_failing() -> int:
     """Beat, hourly: turn off the endpoints failing for WEBHOOK_DISABLE_AFTER_DAYS."""
     return services.disable_failing()
