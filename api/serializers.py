@@ -290,6 +290,71 @@ class EarlyEndAskSerializer(StrictSerializer):
     )
 
 
+class ExtensionSerializer(serializers.ModelSerializer):
+    """An extension of an order, as its order lists it: an order of its own (pay it as any
+    order, at ``/api/v1/orders/<reference>/invoice/``)."""
+
+    days = serializers.IntegerField(source="window_days", help_text="3, 7 or 30 more days")
+    pay_by = serializers.DateTimeField(
+        source="hold_expires_at",
+        help_text="Unpaid by then, it is released and access closes at the order's end",
+    )
+    joined_at = serializers.DateTimeField(
+        allow_null=True, help_text="When its days were added to the order's window"
+    )
+
+    class Meta:
+        model = Order
+        fields = (
+            "reference",
+            "status",
+            "days",
+            "starts_at",
+            "ends_at",
+            "total_usd",
+            "pay_by",
+            "joined_at",
+        )
+
+
+class ExtensionCreateSerializer(StrictSerializer):
+    days = serializers.ChoiceField(choices=[3, 7, 30], help_text="How many more days")
+    checkpoints = serializers.ListField(
+        child=CheckpointPlanSerializer(),
+        required=False,
+        max_length=MAX_CHECKPOINTS,
+        help_text="For 30 more days: 1 to "
+        f"{MAX_CHECKPOINTS} checkpoints, each a day within the extension's window",
+    )
+    abort_criteria = serializers.CharField(
+        required=False, allow_blank=True, max_length=TEXT_LIMITS["abort_criteria"]
+    )
+
+
+class ExtensionOfferSerializer(serializers.Serializer):
+    days = serializers.IntegerField()
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField()
+    unit_price_usd = serializers.DecimalField(max_digits=10, decimal_places=2)
+    total_usd = serializers.DecimalField(max_digits=12, decimal_places=2)
+    fits = serializers.BooleanField(help_text="The order's lots are free for all of it")
+
+
+class ExtensionOffersSerializer(serializers.Serializer):
+    refused = serializers.CharField(
+        help_text="Why the order cannot be extended now (a code: not_extendable, "
+        "too_late_to_extend, extension_pending); empty when it can"
+    )
+    pay_by = serializers.DateTimeField(allow_null=True)
+    free_until = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Until when the order's lots are free after its window (null: none booked "
+        "after it)",
+    )
+    offers = ExtensionOfferSerializer(many=True)
+    extensions = ExtensionSerializer(many=True)
+
+
 class OrderSerializer(serializers.ModelSerializer):
     kind: serializers.SlugRelatedField[HardwareKind] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
@@ -306,6 +371,13 @@ class OrderSerializer(serializers.ModelSerializer):
     )
     early_end_requests = EarlyEndRequestSerializer(many=True, read_only=True)
     receipt_url = serializers.SerializerMethodField()
+    extends: serializers.SlugRelatedField[Order] = serializers.SlugRelatedField(
+        slug_field="reference",
+        read_only=True,
+        allow_null=True,
+        help_text="For an extension: the order whose window it continues (else null)",
+    )
+    extensions = ExtensionSerializer(many=True, read_only=True)
 
     class Meta:
         model = Order
@@ -336,6 +408,8 @@ class OrderSerializer(serializers.ModelSerializer):
             "created_at",
             "page_url",
             "receipt_url",
+            "extends",
+            "extensions",
         )
 
     def get_page_url(self, order: Order) -> str:

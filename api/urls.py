@@ -17,6 +17,7 @@ urlpatterns = [
     path("orders/", views.OrdersView.as_view(), name="orders"),
     path("orders/<str:reference>/", views.OrderView.as_view(), name="order"),
     path("orders/<str:reference>/cancel/", views.CancelView.as_view(), name="cancel"),
+    path("orders/<str:reference>/extensions/", views.ExtensionsView.as_view(), name="extensions"),
     path(
         "orders/<str:reference>/checkpoints/<int:position>/outcome/",
         views.CheckpointOutcomeView.as_view(),

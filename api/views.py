@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.core.cache import cache
@@ -45,7 +46,7 @@ from payments.rpc import RpcError, RpcUnavailable
 from payments.views import pdf_response
 from provisioning import split_tests
 from provisioning.models import ProvisioningJob
-from reservations import availability, campaign, fairness, services
+from reservations import availability, campaign, extensions, fairness, services
 from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
 from reservations.models import Checkpoint, Environment, HardwareKind, Order, Price
@@ -67,6 +68,14 @@ ERROR = inline_serializer(
         "next_start": serializers.DateTimeField(required=False, allow_null=True),
         "retry_at": serializers.DateTimeField(required=False, allow_null=True),
     },
+)
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    description="Retried with the same key and body, the first response is returned and "
+    "nothing more is booked or held",
 )
 
 ERRORS = {
@@ -174,8 +183,48 @@ def _user(request: Request) -> User:
 
 def _own_order(request: Request, reference: str) -> Order:
     """An order of this token's owner, or 404 — never someone else's."""
-    orders = Order.objects.select_related("kind", "environment")
+    orders = Order.objects.select_related("kind", "environment", "extends")
     return get_object_or_404(orders, reference=reference, user=_user(request))
+
+
+def _idempotent(request: Request, act: Callable[[], Response], scope: str = "") -> Response:
+    """``act()``'s answer, once per Idempotency-Key: retried with the same key and body, the
+    first answer again and nothing done twice; the same key with another body, 422.
+    ``scope`` tells apart requests to different resources (the path) that share keys."""
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if not key:
+        return act()
+    if len(key) > 255:
+        raise BookingRefused({"Idempotency-Key": [refusal("too_long", limit=255)]})
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            [scope, request.data] if scope else request.data, sort_keys=True, default=str
+        ).encode()
+    ).hexdigest()
+    with transaction.atomic():
+        # Locks: this user's key, for this transaction; a concurrent duplicate gets 409
+        # at once instead of waiting.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_try_advisory_xact_lock(hashtext(%s))",
+                [f"idem:{request.user.pk}:{key}"],
+            )
+            if not cursor.fetchone()[0]:
+                raise IdempotencyConflict()
+        earlier = IdempotentRequest.objects.filter(user=_user(request), key=key).first()
+        if earlier is not None:
+            if earlier.request_hash != fingerprint:
+                raise IdempotencyKeyReused()
+            return Response(earlier.response_body, status=earlier.response_status)
+        response = act()
+        IdempotentRequest.objects.create(
+            user=_user(request),
+            key=key,
+            request_hash=fingerprint,
+            response_status=response.status_code,
+            response_body=json.loads(json.dumps(response.data, default=str)),
+        )
+        return response
 
 
 class OrdersView(APIView):
@@ -189,21 +238,14 @@ class OrdersView(APIView):
         orders = (
             Order.objects.filter(user=_user(request))
             .select_related("kind", "environment")
-            .prefetch_related("campaign_checkpoints", "early_end_requests")
+            .prefetch_related("campaign_checkpoints", "early_end_requests", "extensions")
+            .select_related("extends")
         )
         return Response(s.OrderSerializer(orders, many=True).data)
 
     @extend_schema(
         request=s.OrderCreateSerializer,
-        parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                OpenApiParameter.HEADER,
-                description="Retried with the same key and body, the first response is returned "
-                "and nothing more is booked",
-            )
-        ],
+        parameters=[IDEMPOTENCY_KEY],
         responses={
             201: s.OrderSerializer,
             400: ERRORS[400],
@@ -222,38 +264,7 @@ class OrdersView(APIView):
         summary="Place an order (holds the lots while you pay)",
     )
     def post(self, request: Request) -> Response:
-        key = request.headers.get("Idempotency-Key", "").strip()
-        if not key:
-            return self._place(request)
-        if len(key) > 255:
-            raise BookingRefused({"Idempotency-Key": [refusal("too_long", limit=255)]})
-        fingerprint = hashlib.sha256(
-            json.dumps(request.data, sort_keys=True, default=str).encode()
-        ).hexdigest()
-        with transaction.atomic():
-            # Locks: this user's key, for this transaction; a concurrent duplicate gets 409
-            # at once instead of waiting.
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_try_advisory_xact_lock(hashtext(%s))",
-                    [f"idem:{request.user.pk}:{key}"],
-                )
-                if not cursor.fetchone()[0]:
-                    raise IdempotencyConflict()
-            earlier = IdempotentRequest.objects.filter(user=_user(request), key=key).first()
-            if earlier is not None:
-                if earlier.request_hash != fingerprint:
-                    raise IdempotencyKeyReused()
-                return Response(earlier.response_body, status=earlier.response_status)
-            response = self._place(request)
-            IdempotentRequest.objects.create(
-                user=_user(request),
-                key=key,
-                request_hash=fingerprint,
-                response_status=response.status_code,
-                response_body=json.loads(json.dumps(response.data, default=str)),
-            )
-            return response
+        return _idempotent(request, lambda: self._place(request))
 
     def _place(self, request: Request) -> Response:
         body = s.OrderCreateSerializer(data=request.data)
@@ -364,6 +375,75 @@ class EarlyEndView(APIView):
         except campaign.CampaignRefused as exc:
             return _campaign_refusal(exc)
         return Response(s.EarlyEndRequestSerializer(asked).data, status=status.HTTP_201_CREATED)
+
+
+class ExtensionsView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        responses={200: s.ExtensionOffersSerializer, 401: ERRORS[401], 404: ERRORS[404]},
+        summary="What the order can be extended by, on the same lots",
+    )
+    def get(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        offered = extensions.offers(order)
+        body = {
+            "refused": offered.refused,
+            "pay_by": offered.pay_by,
+            "free_until": offered.free_until,
+            "offers": offered.offers,
+            "extensions": offered.extensions or order.extensions.all(),
+        }
+        return Response(s.ExtensionOffersSerializer(body).data)
+
+    @extend_schema(
+        request=s.ExtensionCreateSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={
+            201: s.OrderSerializer,
+            400: ERRORS[400],
+            401: ERRORS[401],
+            404: ERRORS[404],
+            409: OpenApiResponse(
+                ERROR,
+                "not_extendable, too_late_to_extend, extension_pending, or "
+                "lots_not_free_until (with `free_until`): nothing was held",
+            ),
+            422: OpenApiResponse(ERROR, "idempotency_key_reused"),
+        },
+        summary="Extend on the same lots: an extension to pay (an order of its own)",
+    )
+    def post(self, request: Request, reference: str) -> Response:
+        return _idempotent(request, lambda: self._extend(request, reference), scope=reference)
+
+    def _extend(self, request: Request, reference: str) -> Response:
+        order = _own_order(request, reference)
+        body = s.ExtensionCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            extension = extensions.place_extension(
+                order,
+                int(data["days"]),
+                actor=services.Actor.of(_user(request)),
+                checkpoints=[
+                    {"date": c["date"].isoformat(), "check": c["check"]}
+                    for c in data.get("checkpoints", [])
+                ],
+                abort_criteria=data.get("abort_criteria", ""),
+            )
+        except extensions.ExtensionRefused as exc:
+            answer: dict[str, Any] = {"code": exc.code, "detail": str(exc)}
+            if "free_until" in exc.params:
+                answer["free_until"] = exc.params["free_until"]
+            conflict = exc.code in extensions.CONFLICTS
+            return Response(
+                answer,
+                status=status.HTTP_409_CONFLICT if conflict else status.HTTP_400_BAD_REQUEST,
+            )
+        enqueue_order_placed(extension)
+        extension = _own_order(request, extension.reference)
+        return Response(s.OrderSerializer(extension).data, status=status.HTTP_201_CREATED)
 
 
 class CancelView(APIView):

@@ -373,6 +373,11 @@ DEMO_START_MINUTES = 5
 """Under DEMO_MODE, today's windows start at the next whole five minutes, one minute ahead."""
 RESERVATION_HOLD_DURATION = timedelta(minutes=env_int("RESERVATION_HOLD_MINUTES", 120, minimum=1))
 """How long an unpaid order keeps its lots."""
+RESERVATION_EXTENSION_PAY_LEAD = timedelta(
+    minutes=env_int("RESERVATION_EXTENSION_PAY_LEAD_MINUTES", 120, minimum=10)
+)
+"""An extension must be paid this long before the window it continues ends (its hold ends
+then, and access closes as booked): room for the payment's confirmations."""
 RESERVATION_UNCONFIRMED_HOLD = timedelta(
     minutes=env_int("RESERVATION_UNCONFIRMED_HOLD_MINUTES", 20, minimum=1)
 )
@@ -547,6 +552,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # An order's status appears in the order and in its extensions: one enum, by name.
+    "ENUM_NAME_OVERRIDES": {"OrderStatusEnum": "reservations.models.Order.STATUS_CHOICES"},
 }
 
 # --- Logging: one line per event; JSON for log shippers. ---

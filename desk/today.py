@@ -91,17 +91,26 @@ def _section(
 
 def approvals() -> Section:
     rows = (
-        Order.objects.filter(status=Order.STATUS_PAID).select_related("kind").order_by("starts_at")
+        Order.objects.filter(status=Order.STATUS_PAID)
+        .select_related("kind", "extends")
+        .order_by("starts_at")
     )
     return _section(
         "approvals",
         _("Paid orders awaiting approval"),
-        _("Approve them (or cancel with a reason): provisioning starts before each window."),
+        _(
+            "Approve them (or cancel with a reason): provisioning starts before each window. "
+            "An extension continues its order's access when approved; until you decide, that "
+            "access stays open past its end."
+        ),
         rows,
         lambda o: Item(
             o.reference,
             _change(o),
-            f"{o.lot_count} × {o.kind.name} · {_('starts')} {_when(o.starts_at)}",
+            _("extension of %(reference)s: %(days)s more days, access to %(end)s")
+            % {"reference": o.extends.reference, "days": o.window_days, "end": _when(o.ends_at)}
+            if o.extends is not None
+            else f"{o.lot_count} × {o.kind.name} · {_('starts')} {_when(o.starts_at)}",
         ),
         _changelist("reservations", "order", "status__exact=paid"),
     )

@@ -184,7 +184,7 @@ def book_contact(request: HttpRequest) -> HttpResponse:
             scrubbed["ssh_public_keys"] = ""
             form.data = scrubbed
     else:
-        initial = draft.get("contact") or _account_contact(request)
+        initial = draft.get("contact") or draft.get("again_contact") or _account_contact(request)
         form = ContactForm(initial=initial, window_days=window_days, starts_at=starts_at)
     return render(request, "pages/book_contact.html", {"form": form, "step": 2})
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from pages import booking, campaign, order, self_service
+from pages import booking, campaign, extend, order, self_service
 
 app_name = "pages"
 
@@ -26,4 +26,6 @@ urlpatterns = [
         name="checkpoint_outcome",
     ),
     path(f"{ORDER}early-end/", campaign.request_early_end, name="early_end"),
+    path(f"{ORDER}extend/", extend.extend, name="order_extend"),
+    path(f"{ORDER}again/", extend.book_again, name="book_again"),
 ]

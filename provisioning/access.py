@@ -204,6 +204,14 @@ def access_closes_at(job: ProvisioningJob) -> datetime:
     return grant.closed_at if grant is not None and grant.closed_at else job.order.ends_at
 
 
+def follow_extension(order: Order) -> int:
+    """The order's window was extended (reservations.extensions.join, in this transaction):
+    its open grants end at its new end, so keys and access continue on the same lots."""
+    return AccessGrant.objects.filter(order=order, closed_at__isnull=True).update(
+        window_end=order.ends_at
+    )
+
+
 def follow_moved_booking(*, order: Order, old_hold: Hold, new_hold: Hold, **_: object) -> None:
     """``reservations.events.booking_moved``: a lot's job follows its booking to the new lot
     while nothing of the order is on the old one yet; once its preparation has begun there

@@ -35,7 +35,7 @@ from provisioning.events import (
 from provisioning.hosts import backend_for
 from provisioning.models import AccessGrant, ProvisioningJob
 from provisioning.ssh import fingerprint
-from reservations import notifications
+from reservations import extensions, notifications
 from reservations.errors import InvalidTransition
 from reservations.models import Hold, Host, Order
 from reservations.services import Actor, record_note, system, transition
@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 def approve_order(order: Order, *, actor: Actor) -> None:
     """paid → approved: one provisioning job per booked lot; ``order_approved`` announced
-    (its receiver starts what is due after commit)."""
+    (its receiver starts what is due after commit). An extension is joined to the order it
+    extends instead (reservations.extensions.join): no job, the open grants end later."""
     with transaction.atomic():
         if not transition(
             order,
@@ -57,6 +58,15 @@ def approve_order(order: Order, *, actor: Actor) -> None:
         ):
             current = Order.objects.values_list("status", flat=True).get(pk=order.pk)
             raise InvalidTransition(current, Order.STATUS_APPROVED)
+        if order.extends_id is not None:
+            extended = extensions.join(order, actor=actor)
+            if extended is not None:
+                # Its days are the order's now: the access granted continues to the new end.
+                access.follow_extension(extended)
+                order_approved.announce(order_id=order.pk)
+                return
+            # Not joinable any more (its order ended first, and a late payment was accepted):
+            # prepared as an order of its own, on the lots it holds.
         lots = Hold.objects.filter(order=order, status=Hold.Status.BOOKED).values_list(
             "lot_id", flat=True
         )
@@ -623,9 +633,16 @@ def revoke_due(*, now: datetime | None = None, backend: Backend | None = None) -
     now = now or timezone.now()
     done = 0
     down: dict[int, str] = {}  # host id → why, for this run
-    ended = Order.objects.filter(
-        status__in=(Order.STATUS_ACTIVE, Order.STATUS_APPROVED), ends_at__lte=now
-    ).order_by("ends_at")
+    ended = (
+        Order.objects.filter(
+            status__in=(Order.STATUS_ACTIVE, Order.STATUS_APPROVED), ends_at__lte=now
+        )
+        # A joined extension ends with its order; an order whose paid extension waits for
+        # the operator keeps its access until the operator decides (approve or refuse).
+        .filter(joined_at__isnull=True)
+        .exclude(extensions__status=Order.STATUS_PAID, extensions__joined_at__isnull=True)
+        .order_by("ends_at")
+    )
     for order in ended:
         failures = _revoke_lots(order, now, backend, down)
         for job, error in failures:
@@ -645,8 +662,21 @@ def revoke_due(*, now: datetime | None = None, backend: Backend | None = None) -
                 else "the window ended before every lot was delivered; access removed",
             ):
                 notifications.enqueue_order_mail(order, "order_revoked")
+                _complete_joined(order)
                 done += 1
     return done
+
+
+def _complete_joined(order: Order) -> None:
+    """The extensions joined to ``order`` end with it (in its completion's transaction)."""
+    for extension in Order.objects.filter(extends=order, joined_at__isnull=False):
+        transition(
+            extension,
+            Order.STATUS_COMPLETED,
+            allowed_from=[Order.STATUS_ACTIVE, Order.STATUS_APPROVED],
+            actor=system("revocation"),
+            reason=f"the window of {order.reference}, which it extended, ended",
+        )
 
 
 def _revoke_lots(
@@ -696,6 +726,7 @@ def remind_before_end(*, now: datetime | None = None) -> int:
         return 0
     due = Order.objects.filter(
         status=Order.STATUS_ACTIVE,
+        joined_at__isnull=True,  # a joined extension's end is its order's: mailed for that
         ending_mail_sent_at__isnull=True,
         ends_at__gt=now,
         ends_at__lte=now + timedelta(hours=hours),

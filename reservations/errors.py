@@ -141,6 +141,22 @@ MESSAGES = {
         "The SSH keys of this order can no longer change: its window has ended, or it was "
         "cancelled or expired."
     ),
+    "not_extendable": _(
+        "Only a paid order whose window has not ended can be extended (an extension is "
+        "extended through its order)."
+    ),
+    "too_late_to_extend": _(
+        "Too late to extend: an extension must be paid before the window's last hours, and "
+        "these have begun."
+    ),
+    "extension_pending": _(
+        "An extension of this order already waits for its payment or approval: pay or cancel "
+        "it first."
+    ),
+    "lots_not_free_until": _(
+        "Your lots are booked by someone else after your window: they are free only until "
+        "%(free_until)s."
+    ),
     "move_not_counting": _("This booking was already moved or released."),
     "move_order_ended": _("This order no longer holds lots: there is nothing to move."),
     "move_same_lot": _("The booking is already on lot %(lot)s."),

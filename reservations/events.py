@@ -44,6 +44,19 @@ order_expired = Event(
     "and its lots are released (reservations.services.release_unpaid).",
     payload=ORDER,
 )
+order_extension_placed = Event(
+    "order.extension_placed",
+    meaning="An extension of a paid order was placed: an order of its own, holding the same "
+    "lots directly after the order's window, awaiting payment "
+    "(reservations.extensions.place_extension).",
+    payload=ORDER,
+)
+order_extended = Event(
+    "order.extended",
+    meaning="An approved extension's days were added to its order's window on the same lots: "
+    "the order ends later, its access continues (reservations.extensions.join).",
+    payload={**ORDER, "extension_id": "the extension's primary key (an order of its own)"},
+)
 ssh_keys_changed = Event(
     "order.ssh_keys_changed",
     meaning="The researcher replaced an order's SSH keys; provisioning installs them where "

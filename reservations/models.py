@@ -535,6 +535,23 @@ class Order(models.Model):
         ),
     )
 
+    # An extension is an order of its own (its invoice, "I've paid", approval, receipt) for
+    # the days directly after another order's window, on that order's lots
+    # (reservations.extensions); once approved its days are added to that order's window.
+    extends = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="extensions",
+        help_text=_("The order whose window this extension continues on the same lots"),
+    )
+    joined_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_("When this extension's days were added to the window of the order it extends"),
+    )
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -572,6 +589,13 @@ class Order(models.Model):
             models.CheckConstraint(
                 condition=Q(total_usd=models.F("unit_price_usd") * models.F("lot_count")),
                 name="order_total_matches",
+            ),
+            # At most one extension of an order waits for payment or approval at a time: two
+            # raced placements cannot both hold the days after the window.
+            models.UniqueConstraint(
+                fields=("extends",),
+                condition=Q(status__in=("awaiting_payment", "paid"), joined_at__isnull=True),
+                name="one_pending_extension",
             ),
         ]
 

@@ -119,6 +119,7 @@ ORDER_MAILS = (
     "order_revoked",
     "booking_moved",
     "early_end_answered",
+    "order_extended",
 )
 """Mails about an order's progress (the placed mail has its own once-only path above)."""
 

@@ -25,7 +25,11 @@ _LOTS = "SELECT lot_id FROM provisioning_provisioningjob WHERE order_id = {order
 
 SOURCES: dict[str, str] = {
     # table: which of its rows the order page (and the API's order) may read
-    "reservations_order": "id = {order}",
+    # The order, its extensions (listed on its page) and, for an extension, its order.
+    "reservations_order": (
+        "id = {order} OR extends_id = {order} OR id = "
+        "(SELECT extends_id FROM reservations_order WHERE id = {order})"
+    ),
     "reservations_ordersshkey": "order_id = {order}",
     "reservations_checkpoint": "order_id = {order}",
     "reservations_earlyendrequest": "order_id = {order}",

@@ -401,13 +401,21 @@ def reinstate_paid(order: Order, *, actor: Actor, reason: str) -> None:
         if current != Order.STATUS_EXPIRED:
             raise InvalidTransition(current, Order.STATUS_PAID)
         period = availability.blocked_period(order.starts_at, order.window_days)
+        free = availability.free_lots(order.kind_id, order.starts_at, order.window_days)
+        if order.extends_id is not None:
+            # An extension continues its order on the same lots: those it held, for the
+            # period it held (right after its order's blocked period), or none.
+            held = Hold.objects.filter(order=order).order_by("pk")
+            first = held.first()
+            if first is None:
+                raise LotUnavailable(None)
+            period = first.period
+            free = availability.free_lots_in(order.kind_id, period).filter(
+                pk__in=held.values("lot_id")
+            )
         # Lots locked in id order before their holds go in, as placing does (placement.py):
         # a concurrent placement then waits for the lot instead of deadlocking with us.
-        lots = list(
-            availability.free_lots(
-                order.kind_id, order.starts_at, order.window_days
-            ).select_for_update(of=("self",))[: order.lot_count]
-        )
+        lots = list(free.select_for_update(of=("self",))[: order.lot_count])
         if len(lots) < order.lot_count:
             raise LotUnavailable(None)
         try:
@@ -487,6 +495,18 @@ def cancel_order(order: Order, *, actor: Actor, reason: str) -> None:
             current = Order.objects.values_list("status", flat=True).get(pk=order.pk)
             raise InvalidTransition(current, Order.STATUS_CANCELLED)
         _release_holds(order, timezone.now())
+        # Its extensions not yet joined go with it (their money, if paid, is refunded).
+        pending = Order.objects.filter(extends=order, status__in=CANCELLABLE, joined_at=None)
+        for extension in pending:
+            if transition(
+                extension,
+                Order.STATUS_CANCELLED,
+                allowed_from=CANCELLABLE,
+                actor=actor,
+                reason=f"the order it extends ({order.reference}) was cancelled",
+            ):
+                _release_holds(extension, timezone.now())
+                order_cancelled.announce(order_id=extension.pk)
     order_cancelled.announce(order_id=order.pk)
 
 

@@ -49,6 +49,8 @@ EVENTS = {
     "lot.held",
     "access.closing_soon",
     "invoice.exception",
+    "order.extension_placed",
+    "order.extended",
 }
 """The documented events (docs/how-it-works/architecture.md): a new one is added here and there."""
 
@@ -148,6 +150,8 @@ def test_each_event_is_announced_by_exactly_one_service_the_one_its_meaning_name
         assert sender.split(".")[-2] == "services" or sender in (
             "payments.refunds.record_refund",
             "payments.settlement.recompute",
+            "reservations.extensions.place_extension",
+            "reservations.extensions.join",
         )
 
 

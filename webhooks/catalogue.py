@@ -32,6 +32,10 @@ EVENT_TYPES: tuple[EventType, ...] = (
         _("A payment that came after the hold ended was accepted: the order is paid."),
     ),
     EventType("order.approved", _("The operator approved the order: its lots are prepared.")),
+    EventType(
+        "order.extended",
+        _("An extension was approved: the window ends later, access continues on the same lots."),
+    ),
     EventType("report.ready", _("A lot's validation report is stored: passed or not, why.")),
     EventType("access.opened", _("SSH access to a lot is open.")),
     EventType("access.closing_soon", _("The window ends soon (the reminder mail's time).")),

@@ -20,6 +20,8 @@ from provisioning.events import (
 from reservations.events import (
     order_cancelled,
     order_expired,
+    order_extended,
+    order_extension_placed,
     order_paid,
     order_paid_late,
     order_placed,
@@ -45,6 +47,33 @@ for _event in (
     access_closing_soon,
 ):
     _event.connect(order_changed, dispatch_uid=f"webhooks: {_event.name}")
+
+
+@order_extension_placed.receiver(dispatch_uid="webhooks: order.placed for an extension")
+def extension_placed(*, order_id: int, **_: object) -> None:
+    """An extension is an order of its own: ``order.placed``, its ``extends`` the order."""
+    data, order = payloads.order(order_id)
+    services.fan_out(
+        "order.placed",
+        f"order.placed:{order_id}",
+        data,
+        order_id=order_id,
+        owner_id=order.user_id,
+    )
+
+
+@order_extended.receiver(dispatch_uid="webhooks: order.extended")
+def order_extended_by(*, order_id: int, extension_id: int, **_: object) -> None:
+    """``order.extended``: ``data.order`` (its new ``ends_at``, the extension among its
+    ``extensions``); once per extension."""
+    data, order = payloads.order(order_id)
+    services.fan_out(
+        "order.extended",
+        f"order.extended:{order_id}:{extension_id}",
+        data,
+        order_id=order_id,
+        owner_id=order.user_id,
+    )
 
 
 def lot_changed(*, sender: Event, order_id: int, job_id: int, **_: object) -> None:

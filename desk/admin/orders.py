@@ -10,10 +10,11 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.utils.decorators import method_decorator
-from django.utils.html import format_html
-from django.utils.translation import gettext_lazy
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.http import require_POST
 
 from desk import today as desk
@@ -160,6 +161,9 @@ class OrderAdmin(admin.ModelAdmin):
                     "unit_price_usd",
                     "total_usd",
                     "hold_expires_at",
+                    "extends",
+                    "joined_at",
+                    "extension_list",
                 )
             },
         ),
@@ -186,7 +190,29 @@ class OrderAdmin(admin.ModelAdmin):
 
     @admin.display(description=gettext_lazy("booked"), ordering="kind__name")
     def booked(self, order: Order) -> str:
-        return f"{order.lot_count} × {order.kind.name} · {order.window_days} d"
+        booked = f"{order.lot_count} × {order.kind.name} · {order.window_days} d"
+        if order.extends_id is not None:
+            extension = gettext("extension")
+            return f"{booked} · {extension}"
+        return booked
+
+    @admin.display(description=gettext_lazy("extensions"))
+    def extension_list(self, order: Order) -> str:
+        """Each extension of the order, linked: its days, state, and whether it was joined."""
+        rows = [
+            (
+                reverse("admin:reservations_order_change", args=[extension.pk]),
+                extension.reference,
+                extension.window_days,
+                gettext("added to the window")
+                if extension.joined_at
+                else extension.get_status_display(),
+            )
+            for extension in order.extensions.order_by("created_at")
+        ]
+        if not rows:
+            return "—"
+        return format_html_join(mark_safe("<br>"), '<a href="{}">{}</a>: +{} d, {}', rows)
 
     @admin.display(description=gettext_lazy("window"), ordering="starts_at")
     def window_column(self, order: Order) -> str:

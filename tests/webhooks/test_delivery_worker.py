@@ -32,7 +32,7 @@ from provisioning.events import (
     report_ready,
 )
 from provisioning.models import ProvisioningJob
-from reservations.events import order_expired, order_paid_late
+from reservations.events import order_expired, order_extended, order_paid_late
 from reservations.services import cancel_order, mark_paid, place_order, system
 from tests.conftest import Payments, RequestFactory, build_inventory
 from tests.webhooks.receiver import Receiver, Script
@@ -96,6 +96,9 @@ def test_every_event_reaches_each_endpoint_that_hears_of_it_once(
     )
     cancel_order(other, actor=system("test"), reason="the grant fell through")  # placed, cancelled
     order_expired.announce(order_id=other.pk)
+    # order.extended (tests/reservations/test_extensions.py extends for real; here only the
+    # fan-out counts, and the extension's id only keys the message)
+    order_extended.announce(order_id=order.pk, extension_id=other.pk)
 
     every = {e.name for e in catalogue.EVENT_TYPES}
     expected = {
