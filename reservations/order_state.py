@@ -36,6 +36,8 @@ SOURCES: dict[str, str] = {
     "reservations_hold": "order_id = {order}",
     "reservations_hardwarekind": "TRUE",
     "reservations_environment": "TRUE",
+    # The prices of the order's kind: what an extension would cost today.
+    "reservations_price": "kind_id = (SELECT kind_id FROM reservations_order WHERE id = {order})",
     "reservations_lot": "id IN (" + _LOTS + ")",
     "reservations_host": (
         "id IN (SELECT host_id FROM reservations_lot WHERE id IN ("  # noqa: S608
