@@ -49,7 +49,6 @@ from reservations.models import (
 )
 from reservations.services import (
     Actor,
-    _record,
     is_exclusion_violation,
     new_reference,
     new_secret,
@@ -177,14 +176,18 @@ def _pending(order: Order) -> Order | None:
     return order.extensions.filter(status__in=PENDING, joined_at__isnull=True).first()
 
 
-def why_not(order: Order, now: datetime, *, pending: Order | None = None) -> str:
-    """The refusal code for extending ``order`` now; empty when it may be extended.
-    ``pending``: the order's pending extension, when the caller has read it."""
+def why_not(order: Order, now: datetime) -> str:
+    """The refusal code for extending ``order`` now; empty when it may be extended."""
+    return _refusal(order, now, _pending(order))
+
+
+def _refusal(order: Order, now: datetime, pending: Order | None) -> str:
+    """:func:`why_not`, given the order's pending extension (None: it has none)."""
     if order.extends_id is not None or order.status not in EXTENDABLE or now >= order.ends_at:
         return "not_extendable"
     if now > pay_by(order) - SHORTEST_PAYMENT_TIME:
         return "too_late_to_extend"
-    if (pending or _pending(order)) is not None:
+    if pending is not None:
         return "extension_pending"
     return ""
 
@@ -199,7 +202,7 @@ def offers(order: Order, *, now: datetime | None = None) -> Offers:
     pending = next((e for e in made if e.status in PENDING and e.joined_at is None), None)
     if order.status not in EXTENDABLE or now >= order.ends_at:
         return Offers("not_extendable", None, None, (), None, made)
-    refused = why_not(order, now, pending=pending) if pending is None else "extension_pending"
+    refused = _refusal(order, now, pending)
     holds = _holds(order)
     if not holds and not refused:
         refused = "not_extendable"
@@ -285,10 +288,10 @@ def place_extension(
                     Hold(order=extension, lot_id=hold.lot_id, period=period) for hold in holds
                 )
         except IntegrityError as exc:
-            if not is_exclusion_violation(exc) and "one_pending_extension" not in str(exc):
-                raise
             if "one_pending_extension" in str(exc):
                 raise ExtensionRefused("extension_pending") from None
+            if not is_exclusion_violation(exc):
+                raise
             until = free_until(parent, holds)
             raise ExtensionRefused("lots_not_free_until", free_until=until) from None
         Checkpoint.objects.bulk_create(
@@ -392,12 +395,10 @@ def join(extension: Order, *, actor: Actor, now: datetime | None = None) -> Orde
     Order.objects.filter(pk=locked.pk).update(joined_at=now, updated_at=now)
     parent.ends_at = locked.ends_at
     locked.joined_at = now
-    _record(
+    record_note(
         parent,
-        parent.status,
-        parent.status,
-        actor,
-        f"extended by {locked.window_days} days ({locked.reference}): the window ends "
+        actor=actor,
+        reason=f"extended by {locked.window_days} days ({locked.reference}): the window ends "
         f"{locked.ends_at.isoformat()} instead of {old_end.isoformat()}",
     )
     if parent.status == Order.STATUS_ACTIVE:
