@@ -617,6 +617,7 @@ def activate_if_ready(order_id: int) -> bool:
             actor=system("provisioning"),
             reason="every lot is ready",
         ):
+            extensions.activate_joined(order, actor=system("provisioning"))
             notifications.enqueue_order_mail(order, "order_active")
             return True
     return False

@@ -401,17 +401,27 @@ def join(extension: Order, *, actor: Actor, now: datetime | None = None) -> Orde
         reason=f"extended by {locked.window_days} days ({locked.reference}): the window ends "
         f"{locked.ends_at.isoformat()} instead of {old_end.isoformat()}",
     )
-    if parent.status == Order.STATUS_ACTIVE:
-        transition(
-            locked,
-            Order.STATUS_ACTIVE,
-            allowed_from=[Order.STATUS_APPROVED],
-            actor=actor,
-            reason=f"added to {parent.reference}: access continues on the same lots",
-        )
+    if parent.status == Order.STATUS_ACTIVE:  # access continues on the same lots
+        activate_joined(parent, actor=actor)
     notifications.enqueue_order_mail(parent, "order_extended")
     order_extended.announce(order_id=parent.pk, extension_id=locked.pk)
     return parent
+
+
+def activate_joined(order: Order, *, actor: Actor) -> int:
+    """``order`` became active: the extensions joined to it before its window began are
+    active with it (a 30-day extension's campaign takes outcomes and early-end requests
+    while it runs). In the caller's transaction; how many changed."""
+    return sum(
+        transition(
+            extension,
+            Order.STATUS_ACTIVE,
+            allowed_from=[Order.STATUS_APPROVED],
+            actor=actor,
+            reason=f"{order.reference}, which it extends, is active",
+        )
+        for extension in Order.objects.filter(extends=order, joined_at__isnull=False)
+    )
 
 
 def pending_approval(order: Order) -> bool:

@@ -66,6 +66,11 @@ def _send(order: Order, name: str) -> None:
             else None
         ),
     }
+    if name == "order_cancelled":  # why (the operator's or the researcher's words), and
+        # whether money came in (all of it to be refunded; refund_due mails for an address)
+        cancelled = order.events.filter(to_status=Order.STATUS_CANCELLED).order_by("-id").first()
+        context["cancellation"] = cancelled
+        context["was_paid"] = cancelled is not None and cancelled.from_status == Order.STATUS_PAID
     send_templated(name, context, order.contact_email, order.language)
 
 
@@ -120,6 +125,7 @@ ORDER_MAILS = (
     "booking_moved",
     "early_end_answered",
     "order_extended",
+    "order_cancelled",
 )
 """Mails about an order's progress (the placed mail has its own once-only path above)."""
 
@@ -127,7 +133,7 @@ ORDER_MAILS = (
 def send_order_mail(order_id: int, name: str) -> None:
     if name not in ORDER_MAILS:
         raise ValueError(name)
-    _send(Order.objects.select_related("kind", "environment").get(pk=order_id), name)
+    _send(Order.objects.select_related("kind", "environment", "extends").get(pk=order_id), name)
 
 
 def enqueue_order_mail(order: Order, name: str) -> None:

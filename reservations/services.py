@@ -481,7 +481,8 @@ CANCELLABLE = (Order.STATUS_AWAITING_PAYMENT, Order.STATUS_PAID)
 def cancel_order(order: Order, *, actor: Actor, reason: str) -> None:
     """Cancel an order that has not been approved yet and free its lots.
 
-    Raises InvalidTransition when the order is past approval (or already ended). Announces
+    Raises InvalidTransition when the order is past approval (or already ended). The
+    researcher is mailed the reason (an operator refusing an extension says why). Announces
     ``order_cancelled`` once the cancellation is committed: a paid order's money is then
     all to be refunded, and payments' receiver flags it (the refund flow asks the
     researcher for an address).
@@ -495,7 +496,9 @@ def cancel_order(order: Order, *, actor: Actor, reason: str) -> None:
             current = Order.objects.values_list("status", flat=True).get(pk=order.pk)
             raise InvalidTransition(current, Order.STATUS_CANCELLED)
         _release_holds(order, timezone.now())
-        # Its extensions not yet joined go with it (their money, if paid, is refunded).
+        notifications.enqueue_order_mail(order, "order_cancelled")  # with the reason
+        # Its extensions not yet joined go with it (their money, if paid, is refunded; the
+        # order's own mail is the researcher's word of it).
         pending = Order.objects.filter(extends=order, status__in=CANCELLABLE, joined_at=None)
         for extension in pending:
             if transition(

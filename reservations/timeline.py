@@ -36,7 +36,8 @@ HOSTS_PER_PAGE = 10
 
 class Bar(NamedTuple):
     kind: str
-    """held · booked · active · turnaround · maintenance"""
+    """held · booked · active · turnaround · maintenance · joined (where a joined extension's
+    days begin inside its order's bar; no width)"""
     x: float
     width: float
     title: str
@@ -126,7 +127,10 @@ def build(
     for i in range((end - start).days):
         moment, x = start + timedelta(days=i), i * DAY_WIDTH
         is_today = moment.date() == today.date()
-        if moment.day == 1 or i == 0:
+        # Each month's name where it begins, and the first one's at the left edge unless the
+        # next begins within a week (the two names would overlap).
+        first_month = i == 0 and (moment + timedelta(days=6)).month == moment.month
+        if moment.day == 1 or first_month:
             month = html.escape(date_format(moment, "M Y"))
             header.append(f'<span class="tl-month" style="left:{x}px">{month}</span>')
         if moment.weekday() == 0 or is_today:  # Mondays and today (every day would crowd)
@@ -155,12 +159,22 @@ SELECT h.lot_id, h.status = 'held', o.id, o.reference, o.status,
        to_char(o.ends_at AT TIME ZONE %(zone)s, 'DD Mon HH24:MI'),
        coalesce(to_char(upper(h.period) AT TIME ZONE %(zone)s, 'DD Mon HH24:MI'), ''),
        CASE WHEN h.status = 'held'
-            THEN to_char(o.hold_expires_at AT TIME ZONE %(zone)s, 'DD Mon HH24:MI') END
+            THEN to_char(o.hold_expires_at AT TIME ZONE %(zone)s, 'DD Mon HH24:MI') END,
+       o.extends, j.refs, j.xs, j.texts
   FROM reservations_hold h
  CROSS JOIN LATERAL (
-       SELECT o.id, o.reference, o.status, o.ends_at, o.hold_expires_at
+       SELECT o.id, o.reference, o.status, o.ends_at, o.hold_expires_at,
+              (SELECT p.reference FROM reservations_order p WHERE p.id = o.extends_id) extends
          FROM reservations_order o WHERE o.id = h.order_id OFFSET 0
        ) o
+  LEFT JOIN LATERAL (
+       SELECT array_agg(e.reference ORDER BY e.starts_at) refs,
+              array_agg(date_part('epoch', e.starts_at - %(start)s) / 86400
+                        ORDER BY e.starts_at) xs,
+              array_agg(to_char(e.starts_at AT TIME ZONE %(zone)s, 'DD Mon HH24:MI')
+                        ORDER BY e.starts_at) texts
+         FROM reservations_order e WHERE e.extends_id = o.id AND e.joined_at IS NOT NULL
+       ) j ON true
  WHERE h.lot_id = ANY(%(lots)s) AND h.status IN ('held', 'booked')
    AND h.period && tstzrange(%(start)s, %(end)s)
  ORDER BY h.lot_id, lower(h.period)
@@ -170,8 +184,11 @@ order read by its key: OFFSET 0 keeps the planner from hashing the whole order t
 the page's ~2,000 holds, 16 → 6 ms on 20,000 orders, and growing with the table), with
 what a bar needs as PostgreSQL computes it: positions in days from the range's start as
 float8 (``date_part``; ``EXTRACT`` gives numeric, read as slow Decimals), times already
-formatted (the expiry only for a hold awaiting payment). One query; the exclusion
-constraint's GiST index on (lot, period) finds them."""
+formatted (the expiry only for a hold awaiting payment), and the continuations: the
+reference of the order an extension extends, and where each extension joined into the
+order begins (its days are the order's holds now; the marker shows the seam). One query; the
+exclusion constraint's GiST index on (lot, period) finds them, the index on
+``extends_id`` the extensions."""
 
 
 def _holds(lots: list[int], start: datetime, end: datetime) -> list[tuple[Any, ...]]:
@@ -199,6 +216,8 @@ def _draw(rows: dict[int, Row], holds: list[tuple[Any, ...]], days_shown: float)
     statuses = {value: str(label) for value, label in Order.STATUS_CHOICES}
     active, turnaround_word = _("active"), _("turnaround")
     held_until = _("held until %(when)s (awaiting payment)")
+    extension_of = _("extension of %(reference)s")
+    extended_by = _("%(reference)s · extended by %(extension)s from %(when)s")
     order_url = reverse("admin:reservations_order_change", args=[0]).replace("/0/", "/{}/")
     escape, width_px, is_active = html.escape, DAY_WIDTH, Order.STATUS_ACTIVE
     parts: dict[int, list[str]] = {pk: [] for pk in rows}
@@ -223,6 +242,10 @@ def _draw(rows: dict[int, Row], holds: list[tuple[Any, ...]], days_shown: float)
         ends_text,
         upper_text,
         expires_text,
+        extends,
+        join_refs,
+        join_xs,
+        join_texts,
     ) in holds:
         if lot_id != current:  # the holds come lot by lot
             current, add_bar, add_html = lot_id, rows[lot_id].bars.append, parts[lot_id].append
@@ -238,6 +261,8 @@ def _draw(rows: dict[int, Row], holds: list[tuple[Any, ...]], days_shown: float)
                 kind, state = "active", active
             else:
                 kind, state = "booked", statuses.get(order_status, order_status)
+            if extends:  # a continuation not yet joined: marked as such
+                state = f"{extension_of % {'reference': extends}} · {state}"
             title = f"{reference} · {state} · {starts_text} → {ends_text} · {until}"
             x, width = round(first * width_px, 1), max(2.0, round((last - first) * width_px, 1))
             edge = f";border-right-width:{turnaround}px" if turnaround else ""
@@ -248,10 +273,21 @@ def _draw(rows: dict[int, Row], holds: list[tuple[Any, ...]], days_shown: float)
             continue
         url = order_url.format(order_id)
         add_bar(Bar(kind, x, width, title, url, turnaround))
+        continues = " bar-continues" if extends else ""
         add_html(
-            f'<a class="bar bar-{kind}" href="{url}" style="left:{x}px;width:{width}px{edge}"'
-            f' aria-label="{escape(title)}"></a>'
+            f'<a class="bar bar-{kind}{continues}" href="{url}"'
+            f' style="left:{x}px;width:{width}px{edge}" aria-label="{escape(title)}"></a>'
         )
+        joins = zip(join_refs or (), join_xs or (), join_texts or (), strict=True)
+        for extension, at, when in joins:
+            if first <= at <= last:  # the seam where a joined extension's days begin
+                seam = extended_by % {"reference": reference, "extension": extension, "when": when}
+                add_bar(Bar("joined", round(at * width_px, 1), 0, seam, url))
+                label = escape(seam)
+                add_html(
+                    f'<span class="tl-joint" style="left:{round(at * width_px, 1)}px"'
+                    f' role="img" aria-label="{label}" title="{label}"></span>'
+                )
     for pk, row in rows.items():
         row.html = mark_safe("".join(parts[pk]))  # noqa: S308 (every value above is escaped or ours)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -421,3 +422,39 @@ def test_today_counts_a_short_section_from_its_rows_and_a_long_one_in_full(
     approvals = section("approvals")
     assert approvals.count == desk.SHOWN + 1  # more than shown: counted in full
     assert len(approvals.items) == desk.SHOWN
+
+
+def test_the_timeline_shows_an_extension_as_the_continuation_of_its_order(
+    operator: Client, inventory: Inventory, make_request: RequestFactory
+) -> None:
+    from provisioning.services import approve_order
+    from reservations import timeline
+    from reservations.extensions import place_extension
+    from tests.provisioning.test_provisioning import OPERATOR
+
+    now = timezone.now()
+    start = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    order = paid(make_request, starts_at=start + timedelta(days=2))
+    approve_order(order, actor=OPERATOR)
+    extension = place_extension(order, 7, actor=system("test"), now=now)
+    lot = order.holds.get().lot
+    # Placed, not joined yet: its own bar, marked as continuing the order before it.
+    html = operator.get("/admin/timeline/?days=30").content.decode()
+    assert f"{extension.reference} · extension of {order.reference} · held until" in html
+    (bar,) = re.findall(rf'<a class="([^"]+)" href="[^"]*/order/{extension.pk}/change/"', html)
+    assert bar == "bar bar-held bar-continues"
+    with transaction.atomic():
+        assert mark_paid(extension, actor=system("test"), reason="paid")
+    approve_order(Order.objects.get(pk=extension.pk), actor=OPERATOR)
+    # Joined: one bar for the order over both windows, the seam where the extension begins.
+    day = timeline.DAY_WIDTH
+    bars = bars_of(timeline.build(now=now, days=30), lot.pk)
+    url = f"/admin/reservations/order/{order.pk}/change/"
+    assert [b[:4] for b in bars if b[0] != "turnaround"] == [
+        ("booked", 9 * day, 10 * day, url),
+        ("joined", 12 * day, 0, url),
+    ]
+    assert not [b for b in bars if f"/{extension.pk}/" in b[3]]
+    html = operator.get("/admin/timeline/?days=30").content.decode()
+    assert f"{order.reference} · extended by {extension.reference} from" in html
+    assert 'class="tl-joint"' in html

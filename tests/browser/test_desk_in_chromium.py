@@ -12,6 +12,9 @@ from django.db import transaction
 from playwright.sync_api import Browser, Page
 
 from accounts.models import User
+from provisioning.services import approve_order
+from reservations.extensions import place_extension
+from reservations.models import Order
 from reservations.services import mark_paid, place_order, system
 from tests.browser.conftest import PHONE, Shots
 from tests.conftest import RequestFactory, build_inventory
@@ -66,6 +69,16 @@ def test_the_desk_and_the_timeline_pass_axe_and_the_timeline_works_with_the_keyb
     booked = place_order(make_request(lot_count=1, window_days=7))
     with transaction.atomic():
         assert mark_paid(booked, actor=system("test"), reason="paid")
+    # An extension of the booked order, awaiting payment; one of another order, joined.
+    continuing = place_extension(booked, 3, actor=system("test"))
+    extended = place_order(make_request(kind="b200", lot_count=1, window_days=3))
+    with transaction.atomic():
+        assert mark_paid(extended, actor=system("test"), reason="paid")
+    approve_order(extended, actor=system("test"))
+    joined = place_extension(extended, 7, actor=system("test"))
+    with transaction.atomic():
+        assert mark_paid(joined, actor=system("test"), reason="paid")
+    approve_order(Order.objects.get(pk=joined.pk), actor=system("test"))
 
     # axe is injected as a script: the test's context lets it past the admin's CSP.
     context = browser.new_context(viewport=viewport, bypass_csp=True)  # type: ignore[arg-type]
@@ -82,6 +95,10 @@ def test_the_desk_and_the_timeline_pass_axe_and_the_timeline_works_with_the_keyb
     page.wait_for_selector(".tl-track")
     shots(page, "timeline", doc="desk-timeline" if viewport == WIDE else None)
     assert axe_violations(page) == []
+    continues = page.locator(f'a.bar-continues[href$="/order/{continuing.pk}/change/"]')
+    assert f"extension of {booked.reference}" in (continues.get_attribute("aria-label") or "")
+    seam = page.locator(".tl-track .tl-joint").first
+    assert f"extended by {joined.reference}" in (seam.get_attribute("aria-label") or "")
     bar = page.locator(f'a.bar-held[href$="/admin/reservations/order/{held.pk}/change/"]')
     assert bar.count() == 1
     # Keyboard: tab until the held order's bar has the focus; its label names the order.

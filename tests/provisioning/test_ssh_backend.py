@@ -106,6 +106,54 @@ def test_the_ssh_backend_delivers_access_the_report_and_revokes(
 
 
 @pytest.mark.django_db
+def test_an_extension_keeps_the_account_and_its_files_on_the_host_past_the_first_end(
+    sshd: Sshd,
+    make_request: RequestFactory,
+    ssh_backend: SshBackend,
+    remote: Path,
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django.db import transaction
+
+    from reservations.extensions import place_extension
+    from reservations.services import mark_paid, system
+
+    job = approved_job_on(sshd, make_request, sshd.host_key)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = run_at_start(job.pk, ssh_backend)
+    assert job.status == ProvisioningJob.Status.READY, job.error
+    (account,) = job.accounts
+    home = remote / "home" / account
+    keys = (home / ".ssh" / "authorized_keys").read_text()
+    order = Order.objects.get(pk=job.order_id)
+    first_end = order.ends_at
+    # Halfway through: the researcher's results are on the disk, and the window is extended.
+    (home / "checkpoints").mkdir()
+    (home / "checkpoints" / "step-4000.pt").write_bytes(b"weights")
+    halfway = order.starts_at + timedelta(days=1)
+    extension = place_extension(order, 3, actor=system("researcher"), now=halfway)
+    with django_capture_on_commit_callbacks(execute=True):
+        with transaction.atomic():
+            assert mark_paid(extension, actor=system("test"), reason="paid")
+        services.approve_order(Order.objects.get(pk=extension.pk), actor=OPERATOR)
+    assert Order.objects.get(pk=order.pk).ends_at == first_end + timedelta(days=3)
+
+    # Past the first end: nothing is revoked over SSH, the account and its files are there.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.revoke_due(now=first_end + timedelta(minutes=1), backend=ssh_backend) == 0
+    assert (home / "checkpoints" / "step-4000.pt").read_bytes() == b"weights"
+    assert (home / ".ssh" / "authorized_keys").read_text() == keys
+    assert ProvisioningJob.objects.filter(order__in=[order, extension]).count() == 1
+    # At the new end, access goes as it would have at the first.
+    new_end = first_end + timedelta(days=3)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.revoke_due(now=new_end + timedelta(minutes=1), backend=ssh_backend) == 1
+    assert not home.exists()
+    assert Order.objects.get(pk=order.pk).status == Order.STATUS_COMPLETED
+
+
+@pytest.mark.django_db
 def test_a_changed_host_key_is_refused_flagged_and_never_retried(
     sshd: Sshd,
     make_request: RequestFactory,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core import mail
 from django.db import IntegrityError, connections, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
 
@@ -374,3 +375,98 @@ def test_a_late_payment_accepted_after_the_window_ended_prepares_the_extension_o
     assert fresh(order).ends_at == soon + timedelta(days=3)  # the ended window stays as it was
     (job,) = ProvisioningJob.objects.filter(order=extension)
     assert job.lot_id == order.holds.get().lot_id
+
+
+@pytest.mark.django_db
+def test_an_operator_refusing_a_paid_extension_mails_the_reason_and_the_refund(
+    make_request: RequestFactory,
+    soon: datetime,
+    timing: None,
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    build_inventory()
+    order = paid(make_request, soon)
+    extension = place_extension(order, 7, actor=RESEARCHER, now=soon - timedelta(days=1))
+    pay(extension)
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        cancel_order(extension, actor=OPERATOR, reason="the lot goes to maintenance on day 4")
+    (message,) = [m for m in mail.outbox if "cancelled" in m.subject]
+    assert message.subject.endswith(f"The extension of order {order.reference} is cancelled")
+    assert message.to == [order.contact_email]
+    assert "the lot goes to maintenance on day 4" in message.body
+    assert f"Order {order.reference} keeps its window" in message.body
+    assert "sent back to you in full" in message.body
+    assert isinstance(message, mail.EmailMultiAlternatives)
+    html = str(message.alternatives[0][0])
+    assert "the lot goes to maintenance on day 4" in html
+
+
+@pytest.mark.django_db
+def test_a_cancelled_unpaid_order_is_mailed_its_reason_in_its_language(
+    make_request: RequestFactory,
+    soon: datetime,
+    timing: None,
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    build_inventory()
+    order = place_order(make_request(starts_at=soon, window_days=3, language="de"))
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        cancel_order(order, actor=OPERATOR, reason="doppelt gebucht")
+    (message,) = mail.outbox
+    assert order.reference in message.subject
+    assert "storniert" in message.subject
+    assert "doppelt gebucht" in message.body
+    assert "zurückgeschickt" not in message.body  # nothing was paid
+
+
+@pytest.mark.django_db
+def test_a_thirty_day_extension_joined_before_the_start_runs_its_campaign_with_the_order(
+    make_request: RequestFactory, tmp_path: Path, soon: datetime, timing: None
+) -> None:
+    from reservations import campaign
+
+    build_inventory()
+    order = paid(make_request, soon)
+    services.approve_order(order, actor=OPERATOR)
+    day = (order.ends_at + timedelta(days=10)).date()
+    extension = place_extension(
+        order,
+        30,
+        actor=RESEARCHER,
+        now=soon - timedelta(days=1),
+        checkpoints=[{"date": day.isoformat(), "check": "eval loss below 2.1"}],
+        abort_criteria="loss diverges twice",
+    )
+    pay(extension)
+    services.approve_order(fresh(extension), actor=OPERATOR)
+    assert fresh(extension).status == Order.STATUS_APPROVED  # joined before the window began
+    (checkpoint,) = extension.campaign_checkpoints.all()
+    clock = Clock(soon - LEAD - HOUR)
+    hosts = SimulatedHost(root=tmp_path / "hosts", clock=clock)
+    messages: list[int] = []
+    reminded_at: datetime | None = None
+    while clock.now <= order.ends_at + timedelta(days=31):
+        schedule.tick(now=clock.now, backend=hosts, start=messages.append)
+        while messages:
+            services.run_job(messages.pop(0), hosts, now=clock.now)
+        if campaign.send_checkpoint_reminders(now=clock.now):
+            reminded_at = clock.now
+        current, joined = fresh(order), fresh(extension)
+        # The extension's status follows its order's while its days are the order's.
+        if current.status in (Order.STATUS_ACTIVE, Order.STATUS_COMPLETED):
+            assert joined.status == current.status, clock.now
+        if clock.now == campaign.day_start(day) + HOUR:
+            assert joined.status == Order.STATUS_ACTIVE
+            recorded = campaign.record_outcome(
+                checkpoint, outcome="continue", note="", actor=RESEARCHER, now=clock.now
+            )
+            assert recorded.outcome == "continue"
+        clock.now += HOUR
+    assert reminded_at is not None
+    assert campaign.reminder_due_at(checkpoint) <= reminded_at < campaign.day_start(day)
+    assert fresh(extension).status == Order.STATUS_COMPLETED
+    assert fresh(order).ends_at == soon + timedelta(days=33)
