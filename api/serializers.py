@@ -338,6 +338,12 @@ class ExtensionOfferSerializer(serializers.Serializer):
     unit_price_usd = serializers.DecimalField(max_digits=10, decimal_places=2)
     total_usd = serializers.DecimalField(max_digits=12, decimal_places=2)
     fits = serializers.BooleanField(help_text="The order's lots are free for all of it")
+    elsewhere_from = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When it does not fit: the earliest start of a new order as long on lots of "
+        "the kind (POST /api/v1/orders/ with this start; data does not move between hosts); "
+        "null when it fits or nothing is free within the horizon",
+    )
 
 
 class ExtensionOffersSerializer(serializers.Serializer):

@@ -7,6 +7,8 @@ plan filled in (the researcher picks a date)."""
 
 from __future__ import annotations
 
+import contextlib
+from datetime import date
 from typing import Any
 
 from django import forms
@@ -22,7 +24,7 @@ from pages.order_page import order_page
 from reservations import extensions, services
 from reservations.errors import MESSAGES
 from reservations.links import order_by_link, order_url
-from reservations.models import Order
+from reservations.models import WINDOW_DAYS, Order
 from reservations.validation import TEXT_LIMITS
 
 FORM = "extend_form"
@@ -117,10 +119,21 @@ def extend(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
 
 
 def book_again(request: HttpRequest, reference: str, secret: str) -> HttpResponse:
-    """The booking form with this order's plan and contact filled in; a date to choose."""
+    """The booking form with this order's plan and contact filled in; a date to choose.
+
+    ``?days=`` and ``?start=`` (a length and a day, as the extension part offers them when
+    the order's own lots are not free: other lots of the kind from that day) replace the
+    order's length and the default start; anything else in them is ignored (the form checks
+    the day as any other)."""
     order = order_by_link(reference, secret)
+    plan = plan_of(order)
+    days = request.GET.get("days", "")
+    if days.isdigit() and int(days) in WINDOW_DAYS:
+        plan["window_days"] = int(days)
+    with contextlib.suppress(ValueError):  # not a day: the default start stays
+        plan["start_date"] = date.fromisoformat(request.GET.get("start", "")).isoformat()
     request.session[DRAFT] = {
-        "plan": plan_of(order),
+        "plan": plan,
         # The contact step starts from the order's contact and keys (shown, to be checked).
         "again_contact": {
             "contact_name": order.contact_name,

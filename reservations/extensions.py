@@ -35,7 +35,7 @@ from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: i
 from django.db.models import Min
 from django.utils import timezone
 
-from reservations import fairness, notifications
+from reservations import availability, fairness, notifications
 from reservations.errors import MESSAGES
 from reservations.events import order_extended, order_extension_placed
 from reservations.models import (
@@ -116,6 +116,10 @@ class Offer:
     total_usd: Decimal
     fits: bool
     """The order's lots are free for the whole of it."""
+    elsewhere_from: datetime | None = None
+    """For a length that does not fit: the earliest start, from the order's end on, of a new
+    order as long on lots of the kind (as many, any of them; the booking form's handover
+    times), to offer instead. None when it fits, or no start within the horizon works."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +219,14 @@ def offers(order: Order, *, now: datetime | None = None) -> Offers:
         if days not in prices:
             continue
         ends_at = order.ends_at + timedelta(days=days)
+        fits = until is None or ends_at <= until
+        elsewhere = (
+            None
+            if fits or refused
+            else availability.earliest_handover(
+                order.kind_id, days, order.lot_count, max(now, order.ends_at)
+            )
+        )
         listed.append(
             Offer(
                 days=days,
@@ -222,7 +234,8 @@ def offers(order: Order, *, now: datetime | None = None) -> Offers:
                 ends_at=ends_at,
                 unit_price_usd=prices[days],
                 total_usd=prices[days] * order.lot_count,
-                fits=until is None or ends_at <= until,
+                fits=fits,
+                elsewhere_from=elsewhere,
             )
         )
     return Offers(refused, pay_by(order), until, tuple(listed), pending, made)

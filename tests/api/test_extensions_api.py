@@ -3,7 +3,7 @@ refusals with their codes, and the extension in the order's representation."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -88,4 +88,10 @@ def test_extending_is_refused_with_stable_codes(
     taken = post(client, f"/api/v1/orders/{reference}/extensions/", {"days": 7}, ada[1])
     assert (taken.status_code, taken.json()["code"]) == (409, "lots_not_free_until")
     assert taken.json()["free_until"]
+    # What fits, and for what does not, the earliest start of a new order instead.
+    offered = get(client, f"/api/v1/orders/{reference}/extensions/", ada[1]).json()
+    elsewhere = {o["days"]: o["elsewhere_from"] for o in offered["offers"]}
+    assert elsewhere[3] is None
+    assert elsewhere[7] is not None
+    assert datetime.fromisoformat(elsewhere[7]) >= starts + timedelta(days=3)
     assert not Order.objects.filter(extends=order).exists()

@@ -77,6 +77,19 @@ def test_lots_booked_after_the_window_are_said_and_only_what_fits_is_offered(
     assert 'value="7" disabled' in html
     assert client.post(page(order) + "extend/", {"days": "7"}).status_code == 400
     assert not Order.objects.filter(extends=order).exists()
+    # What does not fit here is offered as a new order where lots of the kind are free: the
+    # booking form opens with that length and day.
+    (elsewhere,) = re.findall(r'data-testid="elsewhere-7">([^<]*)<a href="([^"]+)"', html)
+    assert "prepared afresh" in elsewhere[0]
+    link = elsewhere[1].replace("&amp;", "&")
+    assert link.startswith(page(order) + "again/?days=7&start=")
+    day = link.rsplit("=", 1)[1]
+    opened = client.get(link)
+    assert opened.status_code == 302
+    form = client.get(opened["Location"]).content.decode()
+    checked = re.findall(r"<input[^>]*\bchecked\b[^>]*>", form)
+    assert any('name="window_days"' in tag and 'value="7"' in tag for tag in checked), checked
+    assert f'value="{day}"' in form
 
 
 @pytest.mark.django_db

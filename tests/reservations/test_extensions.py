@@ -18,6 +18,7 @@ from payments.expiry import expire_unpaid_holds
 from provisioning import schedule, services
 from provisioning.models import AccessGrant, ProvisioningJob
 from reservations import extensions
+from reservations.availability import next_handover
 from reservations.errors import LotUnavailable
 from reservations.extensions import ExtensionRefused, place_extension
 from reservations.models import Hold, Lot, Order
@@ -218,6 +219,13 @@ def test_lots_booked_after_the_window_limit_the_lengths_offered_and_refuse_the_r
     offer = extensions.offers(order, now=now)
     assert offer.free_until == later - TURNAROUND
     assert [o.days for o in offer.offers if o.fits] == [3]
+    # Longer, no lot of the kind is free before that booking ends: a new order from then.
+    after = next_handover(later + timedelta(days=3) + TURNAROUND)
+    assert [(o.days, o.elsewhere_from) for o in offer.offers] == [
+        (3, None),
+        (7, after),
+        (30, after),
+    ]
     with pytest.raises(ExtensionRefused) as refused:
         place_extension(order, 7, actor=RESEARCHER, now=now)
     assert refused.value.code == "lots_not_free_until"
