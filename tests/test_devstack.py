@@ -93,10 +93,18 @@ class Stack:
         return f"http://127.0.0.1:{self.port}{path}"
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("make-run")
+
+
+@pytest.fixture(scope="module")
+def stack(run_dir: Path) -> Iterator[Stack]:
+    """One `make run` for the module's tests, in their order: it starts (the first test),
+    survives a child's death (the second), stops on Ctrl-C and starts again on its data (the
+    last). Starting it costs most of each test; once is enough to watch all of it."""
     drop_database()
-    running = Stack(stack_env(tmp_path))
+    running = Stack(stack_env(run_dir))
     try:
         yield running
     finally:
@@ -104,6 +112,12 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
             running.process.kill()
             running.process.wait()
         drop_database()
+
+
+def children_of(stack: Stack) -> list[str]:
+    return subprocess.run(
+        ["pgrep", "-P", str(stack.process.pid)], capture_output=True, text=True
+    ).stdout.split()
 
 
 def log_in(stack: Stack, email: str, password: str) -> str:
@@ -125,7 +139,7 @@ def log_in(stack: Stack, email: str, password: str) -> str:
     return opener.open(request).read().decode()
 
 
-def test_make_run_starts_web_workers_and_beat_and_ctrl_c_stops_them(stack: Stack) -> None:
+def test_make_run_starts_web_workers_beat_and_the_dev_chain(stack: Stack) -> None:
     login = stack.wait_for(r"Operator login: (\S+) / (\S+)")
     stack.wait_for(r"worker \| .*ready\.")
     stack.wait_for(r"clock \| .*ready\.")  # the access tick's own worker
@@ -140,9 +154,7 @@ def test_make_run_starts_web_workers_and_beat_and_ctrl_c_stops_them(stack: Stack
     assert "<h1>Today</h1>" in desk  # the desk opens on what waits on a person
     assert "Orders" in desk
 
-    children = subprocess.run(
-        ["pgrep", "-P", str(stack.process.pid)], capture_output=True, text=True
-    ).stdout.split()
+    children = children_of(stack)
     assert len(children) == 6  # web, worker, clock, hooks, beat, dev chain
     # Links in mails and pages follow the port it serves on; the demo's settings are on.
     for pid in children[1:]:  # the dev chain (anvil) is started first
@@ -155,27 +167,6 @@ def test_make_run_starts_web_workers_and_beat_and_ctrl_c_stops_them(stack: Stack
     assert f"DATABASE_URL=postgres://postgres@127.0.0.1:5432/{DATABASE} make pay REF=" in (
         stack.output
     )
-
-    stack.process.send_signal(signal.SIGINT)
-    assert stack.process.wait(timeout=30) == 0
-    assert "make run: stopped." in stack.output
-    for pid in children:
-        assert (
-            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
-        )
-
-
-def test_a_second_start_keeps_the_data_and_the_login(stack: Stack, tmp_path: Path) -> None:
-    first = stack.wait_for(r"Operator login: (\S+ / \S+)").group(1)
-    stack.process.send_signal(signal.SIGINT)
-    stack.process.wait(timeout=30)
-    again = Stack(stack_env(tmp_path, PORT=str(free_port())))
-    try:
-        assert again.wait_for(r"Operator login: (\S+ / \S+)").group(1) == first
-        assert "Catalogue already present" in again.output
-    finally:
-        again.process.send_signal(signal.SIGINT)
-        again.process.wait(timeout=30)
 
 
 @pytest.mark.parametrize(
@@ -205,9 +196,7 @@ def test_it_says_in_one_line_when_a_service_is_down(
 
 def worker_pid(stack: Stack) -> int:
     """The general worker's process (not the clock's): a child of `make run`."""
-    children = subprocess.run(
-        ["pgrep", "-P", str(stack.process.pid)], capture_output=True, text=True
-    ).stdout.split()
+    children = children_of(stack)
     for pid in children:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         if b"worker" in command and b"--concurrency" in command:
@@ -232,9 +221,28 @@ def test_a_child_that_dies_is_restarted_and_the_rest_keep_running(stack: Stack) 
     health = json.loads(urllib.request.urlopen(stack.url("/healthz")).read())
     assert health["status"] == "ok"  # web and the rest never stopped
 
-    stack.process.send_signal(signal.SIGINT)  # Ctrl-C still stops everything
+
+def test_ctrl_c_stops_everything_and_a_second_start_keeps_the_data_and_the_login(
+    stack: Stack, run_dir: Path
+) -> None:
+    first = stack.wait_for(r"Operator login: (\S+ / \S+)").group(1)
+    stack.wait_for(r"beat \| .*beat: Starting")
+    children = children_of(stack)
+    assert children
+    stack.process.send_signal(signal.SIGINT)
     assert stack.process.wait(timeout=30) == 0
     assert "make run: stopped." in stack.output
+    for pid in children:
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )
+    again = Stack(stack_env(run_dir, PORT=str(free_port())))
+    try:
+        assert again.wait_for(r"Operator login: (\S+ / \S+)").group(1) == first
+        assert "Catalogue already present" in again.output
+    finally:
+        again.process.send_signal(signal.SIGINT)
+        again.process.wait(timeout=30)
 
 
 def load_devstack(monkeypatch: pytest.MonkeyPatch) -> object:

@@ -1,4 +1,5 @@
-"""The SSH backend against a real OpenSSH server on loopback: the whole job over SSH, the
+"""The SSH backend against a real OpenSSH server on loopback: the whole job over SSH (and an
+extension that keeps the account and its files past the first end), the
 pinned host key (a changed or missing key is refused and shown to the operator), and an
 unreachable host retried with backoff, then failed with its reason."""
 
@@ -16,13 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import transaction
 
 from provisioning import access, services
 from provisioning.backends import HostKeyRefused, HostUnreachable
 from provisioning.models import ProvisioningJob
 from provisioning.ssh import SshBackend, check_ssh_key, fingerprint
 from provisioning.tasks import MAX_ATTEMPTS, provision_lot
+from reservations.extensions import place_extension
 from reservations.models import Host, Order
+from reservations.services import mark_paid, system
 from tests.conftest import RequestFactory
 from tests.provisioning.clock import run_at_start
 from tests.provisioning.test_provisioning import OPERATOR, paid_order
@@ -71,7 +75,7 @@ def key_material(line: str) -> str:
 
 
 @pytest.mark.django_db
-def test_the_ssh_backend_delivers_access_the_report_and_revokes(
+def test_the_ssh_backend_delivers_access_the_report_keeps_it_through_an_extension_and_revokes(
     sshd: Sshd,
     make_request: RequestFactory,
     ssh_backend: SshBackend,
@@ -98,37 +102,10 @@ def test_the_ssh_backend_delivers_access_the_report_and_revokes(
     assert report["essentials"]["all_reduce"]["correct"] is True
     assert Order.objects.get(pk=job.order_id).status == Order.STATUS_ACTIVE
 
-    later = job.order.ends_at + timedelta(minutes=1)
-    with django_capture_on_commit_callbacks(execute=True):
-        assert services.revoke_due(now=later, backend=ssh_backend) == 1
-    assert not home.exists()
-    assert Order.objects.get(pk=job.order_id).status == Order.STATUS_COMPLETED
-
-
-@pytest.mark.django_db
-def test_an_extension_keeps_the_account_and_its_files_on_the_host_past_the_first_end(
-    sshd: Sshd,
-    make_request: RequestFactory,
-    ssh_backend: SshBackend,
-    remote: Path,
-    eager_tasks: None,
-    django_capture_on_commit_callbacks: Any,
-) -> None:
-    from django.db import transaction
-
-    from reservations.extensions import place_extension
-    from reservations.services import mark_paid, system
-
-    job = approved_job_on(sshd, make_request, sshd.host_key)
-    with django_capture_on_commit_callbacks(execute=True):
-        job = run_at_start(job.pk, ssh_backend)
-    assert job.status == ProvisioningJob.Status.READY, job.error
-    (account,) = job.accounts
-    home = remote / "home" / account
-    keys = (home / ".ssh" / "authorized_keys").read_text()
+    # Halfway through, results on the disk, the window is extended by three days: past the
+    # first end nothing is revoked over SSH, and the account and its files are still there.
     order = Order.objects.get(pk=job.order_id)
     first_end = order.ends_at
-    # Halfway through: the researcher's results are on the disk, and the window is extended.
     (home / "checkpoints").mkdir()
     (home / "checkpoints" / "step-4000.pt").write_bytes(b"weights")
     halfway = order.starts_at + timedelta(days=1)
@@ -137,20 +114,19 @@ def test_an_extension_keeps_the_account_and_its_files_on_the_host_past_the_first
         with transaction.atomic():
             assert mark_paid(extension, actor=system("test"), reason="paid")
         services.approve_order(Order.objects.get(pk=extension.pk), actor=OPERATOR)
-    assert Order.objects.get(pk=order.pk).ends_at == first_end + timedelta(days=3)
-
-    # Past the first end: nothing is revoked over SSH, the account and its files are there.
+    new_end = first_end + timedelta(days=3)
+    assert Order.objects.get(pk=order.pk).ends_at == new_end
     with django_capture_on_commit_callbacks(execute=True):
         assert services.revoke_due(now=first_end + timedelta(minutes=1), backend=ssh_backend) == 0
     assert (home / "checkpoints" / "step-4000.pt").read_bytes() == b"weights"
-    assert (home / ".ssh" / "authorized_keys").read_text() == keys
+    assert (home / ".ssh" / "authorized_keys").read_text().strip() == keys
     assert ProvisioningJob.objects.filter(order__in=[order, extension]).count() == 1
+
     # At the new end, access goes as it would have at the first.
-    new_end = first_end + timedelta(days=3)
     with django_capture_on_commit_callbacks(execute=True):
         assert services.revoke_due(now=new_end + timedelta(minutes=1), backend=ssh_backend) == 1
     assert not home.exists()
-    assert Order.objects.get(pk=order.pk).status == Order.STATUS_COMPLETED
+    assert Order.objects.get(pk=job.order_id).status == Order.STATUS_COMPLETED
 
 
 @pytest.mark.django_db
