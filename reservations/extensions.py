@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
 from django.db.models import Min
 from django.utils import timezone
@@ -176,6 +176,51 @@ def free_until(order: Order, holds: list[Hold] | None = None) -> datetime | None
     return None if nxt is None else nxt - turnaround
 
 
+OFFER_READING = """
+SELECT own.holds, own.blocked_until,
+       (SELECT min(lower(h.period))
+          FROM reservations_hold h JOIN reservations_order o ON o.id = h.order_id
+         WHERE h.lot_id = ANY(own.lots) AND h.status = ANY(%(counting)s)
+           AND lower(h.period) >= own.blocked_until
+           AND h.order_id <> %(order)s AND o.extends_id IS DISTINCT FROM %(order)s),
+       (SELECT array_agg(id ORDER BY created_at, id)
+          FROM reservations_order WHERE extends_id = %(order)s),
+       (SELECT array_agg(window_days ORDER BY window_days)
+          FROM reservations_price WHERE kind_id = %(kind)s),
+       (SELECT array_agg(amount_usd ORDER BY window_days)
+          FROM reservations_price WHERE kind_id = %(kind)s)
+  FROM (SELECT count(*) holds, max(upper(period)) blocked_until, array_agg(lot_id) lots
+          FROM reservations_hold
+         WHERE order_id = %(order)s AND status = ANY(%(counting)s)) own
+"""
+"""What the offers need, in one statement (the order page of every paid order reads it): how
+many holds count, where the order's blocked period ends, the next start on its lots of a
+booking not its own nor its extensions' (:func:`free_until`'s rule), its extensions' ids,
+and the kind's prices."""
+
+
+@dataclass(frozen=True)
+class _Reading:
+    holds: int
+    blocked_until: datetime | None
+    next_start: datetime | None
+    extension_ids: list[int]
+    prices: dict[int, Decimal]
+
+
+def _read_for_offers(order: Order) -> _Reading:
+    params: dict[str, Any] = {
+        "order": order.pk,
+        "kind": order.kind_id,
+        "counting": [str(status) for status in Hold.COUNTING],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(OFFER_READING, params)
+        holds, blocked_until, next_start, ids, days, amounts = cursor.fetchone()
+    prices = dict(zip(days or (), amounts or (), strict=True))
+    return _Reading(holds, blocked_until, next_start, ids or [], prices)
+
+
 def _pending(order: Order) -> Order | None:
     return order.extensions.filter(status__in=PENDING, joined_at__isnull=True).first()
 
@@ -202,18 +247,21 @@ def offers(order: Order, *, now: datetime | None = None) -> Offers:
     now = now or timezone.now()
     if order.extends_id is not None or order.status not in (*EXTENDABLE, Order.STATUS_COMPLETED):
         return Offers("not_extendable", None, None, (), None, ())
-    made = tuple(order.extensions.order_by("created_at"))
+    reading = _read_for_offers(order)
+    made: tuple[Order, ...] = ()
+    if reading.extension_ids:  # most orders have none: no second statement
+        extensions = Order.objects.filter(pk__in=reading.extension_ids)
+        made = tuple(extensions.order_by("created_at", "id"))
     pending = next((e for e in made if e.status in PENDING and e.joined_at is None), None)
     if order.status not in EXTENDABLE or now >= order.ends_at:
         return Offers("not_extendable", None, None, (), None, made)
     refused = _refusal(order, now, pending)
-    holds = _holds(order)
-    if not holds and not refused:
+    if not reading.holds and not refused:
         refused = "not_extendable"
-    until = free_until(order, holds) if holds else None
-    prices = dict(
-        Price.objects.filter(kind_id=order.kind_id).values_list("window_days", "amount_usd")
-    )
+    until = None
+    if reading.next_start is not None and reading.blocked_until is not None:
+        until = reading.next_start - (reading.blocked_until - order.ends_at)  # as free_until
+    prices = reading.prices
     listed = []
     for days in WINDOW_DAYS:
         if days not in prices:
