@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -89,26 +87,14 @@ SLOW_MODULES = {
 }
 
 
-DURATIONS = Path(__file__).with_name("durations.json")
-"""Seconds each test file took in a full run (``make test PYTEST_ARGS=--write-durations``
-writes it): the order files are handed to the processes in, longest first."""
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``slow``: a test that starts a real component (worker, chain, browser, sshd, the
-    benchmark): ``make test-fast`` leaves them out, ``make test`` runs everything.
-
-    The files come longest first (by ``tests/durations.json``; a file it does not know yet
-    after those it knows, a test's own order kept within its file): xdist hands files to the
-    processes in this order, so the long ones start at once and the short ones fill the
-    gaps at the end, instead of one long file starting last and running alone."""
+    benchmark): ``make test-fast`` leaves them out, ``make test`` runs everything."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         module = item.path.stem
         if fixtures & SLOW_FIXTURES or module in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-    seconds: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0.0))
 
 
 @pytest.fixture(autouse=True)

@@ -16,11 +16,8 @@ the environment like any other.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shutil
-from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
@@ -44,26 +41,3 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     if _redis is None:
         return None
     return f"{WORKER}: private Redis on 127.0.0.1:{_redis.port}"
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--write-durations",
-        action="store_true",
-        help="write each test file's seconds (setup, call and teardown) to tests/durations.json",
-    )
-
-
-def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> None:
-    """With ``--write-durations``, on a full run: the seconds per test file, which
-    tests/conftest.py orders the files by."""
-    if WORKER or not config.getoption("--write-durations"):
-        return
-    totals: dict[str, float] = defaultdict(float)
-    for reports in getattr(terminalreporter, "stats", {}).values():
-        for report in reports:
-            if isinstance(report, pytest.TestReport):
-                totals[report.nodeid.split("::", 1)[0]] += report.duration
-    path = Path(__file__).with_name("durations.json")
-    rounded = {name: round(seconds, 1) for name, seconds in sorted(totals.items())}
-    path.write_text(json.dumps(rounded, indent=1) + "\n")
