@@ -32,7 +32,6 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange  # type: ignore[import-untyped]
-from django.db.models import Min
 from django.utils import timezone
 
 from reservations import availability, fairness, notifications
@@ -155,25 +154,17 @@ def _blocked_until(holds: list[Hold]) -> datetime:
     return max(hold.period.upper for hold in holds)
 
 
-def free_until(order: Order, holds: list[Hold] | None = None) -> datetime | None:
+def free_until(order: Order) -> datetime | None:
     """Until when the order's lots are all free after its blocked period, as a window end
     (the next booking's start less the turnaround); None: nothing booked after it."""
-    holds = _holds(order) if holds is None else holds
-    if not holds:
+    return _free_until(order, _read_for_offers(order))
+
+
+def _free_until(order: Order, reading: _Reading) -> datetime | None:
+    """:func:`free_until` from what :data:`OFFER_READING` read."""
+    if reading.next_start is None or reading.blocked_until is None:
         return None
-    after = _blocked_until(holds)
-    nxt = (
-        Hold.objects.filter(
-            lot_id__in=[hold.lot_id for hold in holds],
-            status__in=Hold.COUNTING,
-            period__startswith__gte=after,
-        )
-        .exclude(order=order)
-        .exclude(order__extends=order)
-        .aggregate(first=Min("period__startswith"))["first"]
-    )
-    turnaround = after - order.ends_at
-    return None if nxt is None else nxt - turnaround
+    return reading.next_start - (reading.blocked_until - order.ends_at)
 
 
 OFFER_READING = """
@@ -195,8 +186,8 @@ SELECT own.holds, own.blocked_until,
 """
 """What the offers need, in one statement (the order page of every paid order reads it): how
 many holds count, where the order's blocked period ends, the next start on its lots of a
-booking not its own nor its extensions' (:func:`free_until`'s rule), its extensions' ids,
-and the kind's prices."""
+booking not its own nor its extensions' (what :func:`free_until` derives), its extensions'
+ids, and the kind's prices."""
 
 
 @dataclass(frozen=True)
@@ -258,9 +249,7 @@ def offers(order: Order, *, now: datetime | None = None) -> Offers:
     refused = _refusal(order, now, pending)
     if not reading.holds and not refused:
         refused = "not_extendable"
-    until = None
-    if reading.next_start is not None and reading.blocked_until is not None:
-        until = reading.next_start - (reading.blocked_until - order.ends_at)  # as free_until
+    until = _free_until(order, reading)
     prices = reading.prices
     listed = []
     for days in WINDOW_DAYS:
@@ -353,7 +342,7 @@ def place_extension(
                 raise ExtensionRefused("extension_pending") from None
             if not is_exclusion_violation(exc):
                 raise
-            until = free_until(parent, holds)
+            until = free_until(parent)
             raise ExtensionRefused("lots_not_free_until", free_until=until) from None
         Checkpoint.objects.bulk_create(
             Checkpoint(order=extension, position=number, due_on=c.due_on, what=c.what)
