@@ -69,6 +69,14 @@ def has_keys(path: Path) -> bool:
     return path.exists() and bool(path.read_text().strip())
 
 
+def tick(clock: Clock, hosts: SimulatedHost) -> None:
+    """Beat's tick at the clock's time, each job it starts run at once (as a worker would)."""
+    messages: list[int] = []
+    schedule.tick(now=clock.now, backend=hosts, start=messages.append)
+    while messages:
+        services.run_job(messages.pop(0), hosts, now=clock.now)
+
+
 def fresh(order: Order) -> Order:
     return Order.objects.get(pk=order.pk)
 
@@ -91,11 +99,8 @@ def test_an_extension_paid_during_the_window_keeps_access_open_to_the_new_end(
     original_end = order.ends_at
     extension: Order | None = None
     kept: Path | None = None
-    messages: list[int] = []  # what the tick sends to the broker, delivered at once
     while clock.now <= soon + timedelta(days=11):
-        schedule.tick(now=clock.now, backend=hosts, start=messages.append)
-        while messages:
-            services.run_job(messages.pop(0), hosts, now=clock.now)
+        tick(clock, hosts)
         current = fresh(order)
         if soon + HOUR <= clock.now < current.ends_at:
             # Access is open, and it never closes between the original end and the new one.
@@ -455,12 +460,9 @@ def test_a_thirty_day_extension_joined_before_the_start_runs_its_campaign_with_t
     (checkpoint,) = extension.campaign_checkpoints.all()
     clock = Clock(soon - LEAD - HOUR)
     hosts = SimulatedHost(root=tmp_path / "hosts", clock=clock)
-    messages: list[int] = []
     reminded_at: datetime | None = None
     while clock.now <= order.ends_at + timedelta(days=31):
-        schedule.tick(now=clock.now, backend=hosts, start=messages.append)
-        while messages:
-            services.run_job(messages.pop(0), hosts, now=clock.now)
+        tick(clock, hosts)
         if campaign.send_checkpoint_reminders(now=clock.now):
             reminded_at = clock.now
         current, joined = fresh(order), fresh(extension)
