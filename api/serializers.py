@@ -27,10 +27,13 @@ from reservations.models import (
     MODEL_MICRO_BATCH,
     MODEL_SEQ_LEN,
     Checkpoint,
+    Credit,
     EarlyEndRequest,
     Environment,
     HardwareKind,
     Hypothesis,
+    Incident,
+    Lot,
     Order,
     Precision,
     UsageMode,
@@ -361,6 +364,83 @@ class ExtensionOffersSerializer(serializers.Serializer):
     extensions = ExtensionSerializer(many=True)
 
 
+class IncidentSerializer(serializers.ModelSerializer):
+    """A lot of the order that was not usable, and what was done about it."""
+
+    lot: serializers.StringRelatedField[Lot] = serializers.StringRelatedField(
+        help_text="The lot that failed: host and cards"
+    )
+    replacement: serializers.StringRelatedField[Lot] = serializers.StringRelatedField(
+        allow_null=True, help_text="The lot the booking moved to (null: none was free)"
+    )
+    replacement_ssh = serializers.ListField(
+        child=serializers.CharField(), help_text="How to connect on the replacement lot"
+    )
+
+    class Meta:
+        model = Incident
+        fields = (
+            "id",
+            "kind",
+            "summary",
+            "started_at",
+            "ended_at",
+            "lot",
+            "replacement",
+            "replacement_ssh",
+        )
+
+
+class CreditSerializer(serializers.ModelSerializer):
+    """Time an incident took from the window, credited without a claim: take it as time or
+    money at ``/api/v1/orders/<reference>/credits/<id>/``."""
+
+    incident: serializers.PrimaryKeyRelatedField[Incident] = serializers.PrimaryKeyRelatedField(
+        read_only=True
+    )
+    hours = serializers.DecimalField(max_digits=8, decimal_places=1, read_only=True)
+    amount_units = serializers.CharField(
+        allow_null=True,
+        read_only=True,
+        help_text="Taken as money: what goes back, in the paid coin's base units (a string)",
+    )
+
+    class Meta:
+        model = Credit
+        fields = (
+            "id",
+            "incident",
+            "status",
+            "seconds",
+            "hours",
+            "share",
+            "value_usd",
+            "amount_units",
+            "reason",
+            "created_at",
+            "decided_at",
+        )
+
+
+class CreditTakeSerializer(StrictSerializer):
+    take = serializers.ChoiceField(
+        choices=(("time", "time"), ("money", "money")),
+        help_text="time: the hours added to the end of the window on the same lots, nothing "
+        "to pay; money: refunded in the order's coin (the refund flow asks for the address)",
+    )
+
+
+ORDER_PREFETCH = (
+    "campaign_checkpoints",
+    "early_end_requests",
+    "extensions",
+    "incidents__lot__host",
+    "incidents__replacement__host",
+    "credits",
+)
+"""What OrderSerializer reads beside the order's row: prefetch it for a list (one query each)."""
+
+
 class OrderSerializer(serializers.ModelSerializer):
     kind: serializers.SlugRelatedField[HardwareKind] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
@@ -384,6 +464,8 @@ class OrderSerializer(serializers.ModelSerializer):
         help_text="For an extension: the order whose window it continues (else null)",
     )
     extensions = ExtensionSerializer(many=True, read_only=True)
+    incidents = IncidentSerializer(many=True, read_only=True)
+    credits = CreditSerializer(many=True, read_only=True)
 
     class Meta:
         model = Order
@@ -416,6 +498,8 @@ class OrderSerializer(serializers.ModelSerializer):
             "receipt_url",
             "extends",
             "extensions",
+            "incidents",
+            "credits",
         )
 
     def get_page_url(self, order: Order) -> str:

@@ -19,6 +19,11 @@ urlpatterns = [
     path("orders/<str:reference>/cancel/", views.CancelView.as_view(), name="cancel"),
     path("orders/<str:reference>/extensions/", views.ExtensionsView.as_view(), name="extensions"),
     path(
+        "orders/<str:reference>/credits/<int:credit>/",
+        views.CreditView.as_view(),
+        name="credit",
+    ),
+    path(
         "orders/<str:reference>/checkpoints/<int:position>/outcome/",
         views.CheckpointOutcomeView.as_view(),
         name="checkpoint_outcome",

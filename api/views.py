@@ -46,10 +46,10 @@ from payments.rpc import RpcError, RpcUnavailable
 from payments.views import pdf_response
 from provisioning import split_tests
 from provisioning.models import ProvisioningJob
-from reservations import availability, campaign, extensions, fairness, services
+from reservations import availability, campaign, extensions, fairness, incidents, services
 from reservations.advisor import AdvisorError, advise
 from reservations.errors import MESSAGES, BookingRefused, refusal
-from reservations.models import Checkpoint, Environment, HardwareKind, Order, Price
+from reservations.models import Checkpoint, Credit, Environment, HardwareKind, Order, Price
 from reservations.notifications import enqueue_order_placed
 from reservations.order_state import owned
 from reservations.validation import OrderRequest
@@ -238,7 +238,7 @@ class OrdersView(APIView):
         orders = (
             Order.objects.filter(user=_user(request))
             .select_related("kind", "environment")
-            .prefetch_related("campaign_checkpoints", "early_end_requests", "extensions")
+            .prefetch_related(*s.ORDER_PREFETCH)
             .select_related("extends")
         )
         return Response(s.OrderSerializer(orders, many=True).data)
@@ -444,6 +444,44 @@ class ExtensionsView(APIView):
         enqueue_order_placed(extension)
         extension = _own_order(request, extension.reference)
         return Response(s.OrderSerializer(extension).data, status=status.HTTP_201_CREATED)
+
+
+class CreditView(APIView):
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(
+        request=s.CreditTakeSerializer,
+        responses={
+            200: s.CreditSerializer,
+            400: ERRORS[400],
+            401: ERRORS[401],
+            404: ERRORS[404],
+            409: OpenApiResponse(
+                ERROR,
+                "credit_decided (taken or refused already), lots_not_free (the lots are "
+                "booked right after the window: take it as money) or credit_window_over "
+                "(the window is over: money only); nothing changed",
+            ),
+        },
+        summary="Take a credit as time (the window ends later) or as money (refunded)",
+    )
+    def post(self, request: Request, reference: str, credit: int) -> Response:
+        order = _own_order(request, reference)
+        found = get_object_or_404(Credit.objects.select_related("order"), pk=credit, order=order)
+        body = s.CreditTakeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        actor = services.Actor.of(_user(request))
+        try:
+            if body.validated_data["take"] == "time":
+                incidents.take_as_time(found, actor=actor)
+            else:
+                incidents.take_as_money(found, actor=actor)
+        except incidents.CreditRefused as exc:
+            return Response(
+                {"code": exc.code, "detail": exc.message}, status=status.HTTP_409_CONFLICT
+            )
+        found.refresh_from_db()
+        return Response(s.CreditSerializer(found).data)
 
 
 class CancelView(APIView):

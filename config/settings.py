@@ -492,6 +492,10 @@ PROVISIONING_REMINDER_HOURS = env_int("PROVISIONING_REMINDER_HOURS", 24, minimum
 PROVISIONING_HOLD_ON_CRASH = env_bool("PROVISIONING_HOLD_ON_CRASH", default=False)
 """Hold access for the operator when a lot's benchmark crashed (else it is delivered, with
 the crash in its report)."""
+PROVISIONING_REPLACE_FAILED_LOTS = env_bool("PROVISIONING_REPLACE_FAILED_LOTS", default=True)
+"""A lot that fails its acceptance moves its booking to a free lot of the kind (a spare
+first) at once (provisioning.replacement); off: it waits for the operator. Either way the
+time lost is credited."""
 ACCEPTANCE_DRIFT_SHARE = float(env_str("ACCEPTANCE_DRIFT_SHARE", "0.9") or "0.9")
 """A lot whose latest acceptance figures (matrix product and HBM shares of the datasheet,
 all-reduce bus bandwidth) fall below this share of its kind's median over all lots is

@@ -11,7 +11,7 @@ from django.db.models import Q
 from payments import receipts, settlement, tasks
 from payments.events import refund_sent
 from payments.models import Invoice
-from reservations.events import order_cancelled, order_paid, order_paid_late
+from reservations.events import credit_decided, order_cancelled, order_paid, order_paid_late
 from reservations.models import Order
 
 log = logging.getLogger(__name__)
@@ -46,3 +46,10 @@ def verify_refund_at_once(*, refund_id: int, **_: object) -> None:
         tasks.check_refunds.delay()
     except Exception:  # any broker failure
         log.warning("refund check not queued; beat runs it", extra={"refund": refund_id})
+
+
+@credit_decided.receiver(dispatch_uid="payments: owe back a credit taken as money")
+def owe_credit(*, credit_id: int, **_: object) -> None:
+    """A credit taken as money is owed back from the order's settled invoice (nothing for a
+    credit offered, taken as time or refused)."""
+    settlement.credit_as_money(credit_id)

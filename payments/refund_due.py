@@ -12,12 +12,13 @@ from django.db.models import F, Q, QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from payments.models import Asset, Chain, Invoice, Refund, units
-from reservations.models import Order
+from reservations.models import Credit, Order
 
 log = logging.getLogger(__name__)
 
 WHY = {
     "overpaid": _("you paid more than was due"),
+    "credited": _("you took a credit as money: time a lot of yours was not usable"),
     "after_refund": _("a payment arrived after this invoice was refunded"),
     "paid_elsewhere": _("the order is already paid by another invoice"),
     "cancelled": _("the order was cancelled"),
@@ -60,7 +61,10 @@ def why(order: Order, invoice: Invoice, invoices: Sequence[Invoice] | None = Non
     """The code (a key of WHY) of why this invoice's money goes back (``invoices``: the
     order's invoices, when the caller has them: no query then)."""
     if invoice.status == Invoice.STATUS_SETTLED:
-        return "overpaid"
+        credited = Credit.objects.filter(
+            order=order, status=Credit.Status.MONEY, amount_units__gt=0
+        ).exists()
+        return "credited" if credited else "overpaid"
     if invoice.status == Invoice.STATUS_INVALID:
         return "after_refund"
     if invoices is None:

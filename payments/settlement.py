@@ -12,14 +12,16 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from payments import integrity
 from payments.events import invoice_exception
 from payments.models import Invoice, Transfer, units
+from reservations import incidents
 from reservations import services as reservations
 from reservations.errors import BookingRefused, refusal
-from reservations.models import Order
+from reservations.models import Credit, Order
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +58,62 @@ def _counted(invoice: Invoice, native: tuple[int, int, int] | None) -> tuple[int
 
 
 def refund_owed(
-    status: str, *, due: int, confirmed: int, refunded: int, cancelled: bool = False
+    status: str,
+    *,
+    due: int,
+    confirmed: int,
+    refunded: int,
+    cancelled: bool = False,
+    credited: int = 0,
 ) -> int:
     """What is to be sent back, in base units: confirmed money beyond what the invoice keeps —
-    the amount due once it is settled (nothing once its order was cancelled: all of it goes
-    back); nothing while it is open (the payer may still complete it); nothing kept once it
-    expired (paid late, or a second invoice of a paid order) or was refunded — less what was
-    already sent back."""
+    the amount due once it is settled, less the credits taken as money (``credited``: time an
+    incident took, reservations.incidents); nothing once its order was cancelled: all of it
+    goes back; nothing while it is open (the payer may still complete it); nothing kept once
+    it expired (paid late, or a second invoice of a paid order) or was refunded — less what
+    was already sent back."""
     if status in Invoice.OPEN_STATUSES:
         return 0
-    kept = due if status == Invoice.STATUS_SETTLED and not cancelled else 0
+    kept = max(0, due - credited) if status == Invoice.STATUS_SETTLED and not cancelled else 0
     return max(0, confirmed - kept - refunded)
+
+
+def credited_units(order: Order) -> int:
+    """The credits of ``order`` taken as money, in its settled invoice's base units."""
+    total = Credit.objects.filter(
+        order=order, status=Credit.Status.MONEY, amount_units__isnull=False
+    ).aggregate(total=Sum("amount_units"))["total"]
+    return units(total or 0)
+
+
+def credit_as_money(credit_id: int) -> bool:
+    """A credit taken as money: its part of what the order's settled invoice took is
+    written on it once (a conditional update) and the invoice recomputed, so that it is
+    owed back (``amount_to_refund``, the refund flow asks for the address). False: nothing
+    to do (another status, written already, or no settled invoice)."""
+    credit = Credit.objects.select_related("order").get(pk=credit_id)
+    if credit.status != Credit.Status.MONEY or credit.amount_units is not None:
+        return False
+    invoice = Invoice.objects.filter(
+        order_id=credit.order_id, status=Invoice.STATUS_SETTLED
+    ).first()
+    if invoice is None:
+        log.warning("credit without a settled invoice", extra={"credit": credit.pk})
+        return False
+    amount = incidents.units_of(credit, units(invoice.amount_due))
+    written = Credit.objects.filter(pk=credit.pk, amount_units__isnull=True).update(
+        amount_units=Decimal(amount)
+    )
+    if written:
+        recompute(invoice.pk)
+    return bool(written)
 
 
 def _refund_reason(order: Order, invoice: Invoice, status: str) -> str:
     if status == Invoice.STATUS_SETTLED and order.status == Order.STATUS_CANCELLED:
         return "the order was cancelled after it was paid"
+    if status == Invoice.STATUS_SETTLED and credited_units(order):
+        return "a credit taken as money: time a lot was not usable"
     if status == Invoice.STATUS_SETTLED:
         return "paid beyond the amount due"
     if status == Invoice.STATUS_INVALID:
@@ -149,6 +191,7 @@ def recompute(
             confirmed=confirmed,
             refunded=units(invoice.amount_refunded),
             cancelled=order.status == Order.STATUS_CANCELLED,
+            credited=credited_units(order) if status == Invoice.STATUS_SETTLED else 0,
         )
         if owed > units(invoice.amount_to_refund):
             amount = invoice.asset.from_units(owed)

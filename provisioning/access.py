@@ -137,15 +137,18 @@ def record_keys(job: ProvisioningJob, *, now: datetime) -> bool:
     )
 
 
-def close_grant(job: ProvisioningJob, *, now: datetime) -> bool:
+def close_grant(job: ProvisioningJob, *, now: datetime, free_now: bool = False) -> bool:
     """The host confirmed that the job's access is gone: the grant closes at ``now`` and
-    the lot is free for the next tenant once the booking's turnaround has passed too."""
+    the lot is free for the next tenant once the booking's turnaround has passed too
+    (``free_now``: at once, for a lot whose booking moved elsewhere: a replaced lot)."""
     grant = AccessGrant.objects.filter(job=job, closed_at__isnull=True).first()
     if grant is None:
         return False
     # Free once the access is gone and the booking's turnaround after its window has passed
     # (a late revocation delays the next tenant by its lateness, not by a turnaround more).
-    free_from = max(now, grant.opened_at, grant.window_end + turnaround(job))
+    free_from = max(now, grant.opened_at)
+    if not free_now:
+        free_from = max(free_from, grant.window_end + turnaround(job))
     with transaction.atomic():
         closed = AccessGrant.objects.filter(pk=grant.pk, closed_at__isnull=True).update(
             closed_at=max(now, grant.opened_at),
@@ -223,6 +226,8 @@ def follow_moved_booking(*, order: Order, old_hold: Hold, new_hold: Hold, **_: o
     )
     if job is None:
         return
+    if job.replaced_at is not None:
+        return  # a replacement moves it (provisioning.replacement): a new job for the new lot
     if AccessGrant.objects.filter(job=job).exists():
         raise MoveRefused(
             f"{order.reference} is already being prepared on {old_hold.lot} or has access "

@@ -29,7 +29,8 @@ access_opened = Event(
 access_closed = Event(
     "access.closed",
     meaning="A lot's access is removed from its host at the window's end (or once overdue), "
-    "confirmed on the host (provisioning.services._revoke_lots, for revoke_due and cancellations).",
+    "confirmed on the host (provisioning.services.revoke_lot: at the window's end, for "
+    "cancellations, and on a replaced lot).",
     payload=LOT,
 )
 lot_held = Event(
@@ -44,4 +45,12 @@ access_closing_soon = Event(
     meaning="An active order's window ends within PROVISIONING_REMINDER_HOURS; the researcher "
     "is mailed once (provisioning.services.remind_before_end).",
     payload={"order_id": "the order's primary key"},
+)
+lot_replaced = Event(
+    "lot.replaced",
+    meaning="A lot that failed (its acceptance, or its cards during the window) was replaced: "
+    "the booking moved to a spare lot of the same kind, which is prepared and validated; the "
+    "failed lot's access is closed and it goes to maintenance "
+    "(provisioning.replacement.replace).",
+    payload={**LOT, "replacement_job_id": "the replacement lot's provisioning job"},
 )

@@ -53,6 +53,11 @@ class ProvisioningJob(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text=_("Last step recorded"))
     ready_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    replaced_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_("The booking moved to a spare lot: this lot's access is closed, not opened"),
+    )
 
     class Meta:
         ordering = ("order", "lot")

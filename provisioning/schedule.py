@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from provisioning import access, services
+from provisioning import access, replacement, services
 from provisioning.backends import Backend
 from provisioning.models import AccessGrant, ProvisioningJob
 from reservations.models import Lot, Order
@@ -66,6 +66,7 @@ def tick(
     done = Tick()
     if order_id is None:
         done.closed = services.revoke_due(now=now, backend=backend)
+    done.closed += replacement.close_replaced(now=now, backend=backend, order_id=order_id)
     done.prepared = prepare_due(now=now, start=start, order_id=order_id)
     done.resumed = resume_stalled(now=now, start=start, order_id=order_id)
     done.opened = open_due(now=now, start=start, order_id=order_id)
@@ -75,11 +76,13 @@ def tick(
 
 
 def _scheduled(order_id: int | None) -> models.QuerySet[ProvisioningJob]:
-    """Jobs of approved orders on lots in service (a lot in maintenance or retired is not
-    prepared nor opened: the operator moves its bookings, see reservations.inventory)."""
+    """Jobs of approved orders on lots in service, active or spare (a lot in maintenance or
+    retired is not prepared nor opened: the operator moves its bookings, see
+    reservations.inventory), that no replacement took off their lot."""
     jobs = ProvisioningJob.objects.filter(
-        order__status=Order.STATUS_APPROVED, lot__status=Lot.Status.ACTIVE
+        order__status=Order.STATUS_APPROVED, lot__status__in=Lot.IN_SERVICE
     )
+    jobs = jobs.filter(replaced_at__isnull=True)
     return jobs.filter(order_id=order_id) if order_id is not None else jobs
 
 

@@ -35,7 +35,7 @@ from provisioning.events import (
 from provisioning.hosts import backend_for
 from provisioning.models import AccessGrant, ProvisioningJob
 from provisioning.ssh import fingerprint
-from reservations import extensions, notifications
+from reservations import extensions, incidents, notifications
 from reservations.errors import InvalidTransition
 from reservations.models import Hold, Host, Order
 from reservations.services import Actor, record_note, system, transition
@@ -604,10 +604,15 @@ def pin_presented_host_key(host: Host, checked_fingerprint: str) -> bool:
 
 
 def activate_if_ready(order_id: int) -> bool:
-    """approved → active once every lot is ready (never with a failed lot)."""
+    """approved → active once every lot is ready (never with a failed lot; a lot replaced by
+    a spare counts by its spare)."""
     with transaction.atomic():
         order = Order.objects.select_for_update().get(pk=order_id)
-        jobs = list(ProvisioningJob.objects.filter(order=order).values_list("status", flat=True))
+        jobs = list(
+            ProvisioningJob.objects.filter(order=order, replaced_at__isnull=True).values_list(
+                "status", flat=True
+            )
+        )
         if not jobs or any(status != ProvisioningJob.Status.READY for status in jobs):
             return False
         if transition(
@@ -664,6 +669,7 @@ def revoke_due(*, now: datetime | None = None, backend: Backend | None = None) -
             ):
                 notifications.enqueue_order_mail(order, "order_revoked")
                 _complete_joined(order)
+                incidents.end_with_window(order, at=now)
                 done += 1
     return done
 
@@ -696,23 +702,39 @@ def _revoke_lots(
             failures.append((job, down[host.pk]))
             continue
         try:
-            if job.status != ProvisioningJob.Status.READY:  # maybe still benchmarking
-                (backend or backend_for(host)).stop_validation(host, f"job-{job.pk}")
-            for account in job.accounts or [a for a, _c in accounts_for(job)]:
-                (backend or backend_for(host)).script(host, "revoke", account)
+            revoke_lot(job, backend, now=now)
         except StepFailed as exc:
             if isinstance(exc, HostKeyRefused):
                 flag_host_key(host, exc)
             down[host.pk] = str(exc)
             failures.append((job, str(exc)))
-            continue
-        with transaction.atomic():  # confirmed on the host: the lot is free after turnaround
-            ProvisioningJob.objects.filter(pk=job.pk).update(
-                status=ProvisioningJob.Status.REVOKED, revoked_at=now
-            )
-            access.close_grant(job, now=now)
-            access_closed.announce(order_id=job.order_id, job_id=job.pk)
     return failures
+
+
+def revoke_lot(
+    job: ProvisioningJob, backend: Backend | None, *, now: datetime, free_now: bool = False
+) -> bool:
+    """Remove ``job``'s access on its lot's host (a benchmark still running stopped, each
+    account revoked), then record it: the job revoked, its grant closed (the lot free after
+    the booking's turnaround, or at once with ``free_now``: a replaced lot) and
+    ``access.closed`` announced. Raises StepFailed when the host does not confirm; then
+    nothing is recorded and the grant stays open. False: recorded already."""
+    host = job.lot.host
+    chosen = backend or backend_for(host)
+    if job.status != ProvisioningJob.Status.READY:  # maybe still benchmarking
+        chosen.stop_validation(host, f"job-{job.pk}")
+    for account in job.accounts or [a for a, _c in accounts_for(job)]:
+        chosen.script(host, "revoke", account)
+    with transaction.atomic():  # confirmed on the host
+        revoked = (
+            ProvisioningJob.objects.filter(pk=job.pk)
+            .exclude(status=ProvisioningJob.Status.REVOKED)
+            .update(status=ProvisioningJob.Status.REVOKED, revoked_at=now)
+        )
+        if revoked:
+            access.close_grant(job, now=now, free_now=free_now)
+            access_closed.announce(order_id=job.order_id, job_id=job.pk)
+    return bool(revoked)
 
 
 def remind_before_end(*, now: datetime | None = None) -> int:
@@ -753,5 +775,6 @@ __all__ = [
     "remind_before_end",
     "retry_job",
     "revoke_due",
+    "revoke_lot",
     "run_job",
 ]

@@ -57,6 +57,28 @@ order_extended = Event(
     "the order ends later, its access continues (reservations.extensions.join).",
     payload={**ORDER, "extension_id": "the extension's primary key (an order of its own)"},
 )
+incident_opened = Event(
+    "lot.incident_opened",
+    meaning="A lot of an order is not usable: its acceptance benchmark failed (or a reading "
+    "of its cards went outside the kind's limits); the booking moves to a spare where one is "
+    "free, and the time lost is credited once the incident ends "
+    "(reservations.incidents.open_incident).",
+    payload={**ORDER, "incident_id": "the incident's primary key"},
+)
+order_credited = Event(
+    "order.credited",
+    meaning="An incident ended and the time it took from the order's window is credited, "
+    "pro rata to what the order paid for the lot, with no claim to file: offered as time "
+    "or money, the researcher chooses (reservations.incidents.credit_for).",
+    payload={**ORDER, "credit_id": "the credit's primary key"},
+)
+credit_decided = Event(
+    "credit.decided",
+    meaning="A credit was taken as time (the window ends later on the same lots), as money "
+    "(owed back in the order's coin) or refused by the operator with a reason; its status "
+    "says which (reservations.incidents.decide).",
+    payload={**ORDER, "credit_id": "the credit's primary key"},
+)
 ssh_keys_changed = Event(
     "order.ssh_keys_changed",
     meaning="The researcher replaced an order's SSH keys; provisioning installs them where "

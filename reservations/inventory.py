@@ -80,14 +80,16 @@ def free_lots_for(hold: Hold) -> list[Lot]:
     return list(availability.free_lots_in(kind, hold.period).select_related("host"))
 
 
-def move_booking(hold: Hold, to_lot: Lot, *, actor: Actor, reason: str) -> Hold:
+def move_booking(hold: Hold, to_lot: Lot, *, actor: Actor, reason: str, mail: bool = True) -> Hold:
     """Move one counting hold to ``to_lot``: same order, period and status, another lot of
-    the same kind that is active and free for the whole period. Returns the new hold.
+    the same kind that is in service (active, or a spare) and free for the whole period.
+    Returns the new hold.
 
     All or nothing, in one transaction: the old hold is released and the new one inserted,
     an audit entry says "booking moved from <lot> to <lot>: <reason>", receivers of
     ``events.booking_moved`` run (any of them may veto with ``MoveRefused``) and, after
-    commit, the researcher is mailed in the order's language. Raises ``MoveRefused`` (the
+    commit, the researcher is mailed in the order's language (unless ``mail`` is False: a
+    replacement mails what it did itself). Raises ``MoveRefused`` (the
     hold no longer counts, the order ended, the same lot, another kind, a lot not active, a
     receiver's veto) or its subclass ``LotNotFree`` (another hold overlaps on ``to_lot``),
     and ``BookingRefused`` for an empty reason; then nothing changed.
@@ -119,7 +121,7 @@ def move_booking(hold: Hold, to_lot: Lot, *, actor: Actor, reason: str) -> Hold:
             raise Lot.DoesNotExist(f"lot {to_lot.pk} does not exist")
         if target.host.kind_id != order.kind_id:
             raise MoveRefused.because("move_other_kind", lot=target, kind=order.kind)
-        if target.status != Lot.Status.ACTIVE:
+        if target.status not in Lot.IN_SERVICE:
             raise MoveRefused.because(
                 "move_lot_not_active", lot=target, status=target.get_status_display()
             )
@@ -142,7 +144,8 @@ def move_booking(hold: Hold, to_lot: Lot, *, actor: Actor, reason: str) -> Hold:
             order, actor=actor, reason=f"booking moved from {old.lot} to {target}: {reason}"
         )
         booking_moved.send(sender=Hold, order=order, old_hold=old, new_hold=new)
-        notifications.enqueue_order_mail(order, "booking_moved")
+        if mail:
+            notifications.enqueue_order_mail(order, "booking_moved")
     log.info(
         "booking moved",
         extra={"order": order.reference, "from_lot": old.lot_id, "to_lot": target.pk},

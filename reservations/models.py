@@ -329,6 +329,11 @@ class Lot(models.Model):
         ACTIVE = "active", _("active")
         MAINTENANCE = "maintenance", _("maintenance")
         RETIRED = "retired", _("retired")
+        SPARE = "spare", _("spare: out of sale, replaces a failed lot")
+
+    IN_SERVICE = (Status.ACTIVE, Status.SPARE)
+    """Lots whose bookings are prepared and opened: active ones (sold), and spares (kept out
+    of sale, taken only by a replacement: reservations.incidents)."""
 
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="lots")
     gpu_a = models.PositiveSmallIntegerField(help_text=_("First GPU index on the host"))
@@ -702,6 +707,110 @@ def live_holds(**where: Any) -> QuerySet[Hold]:
     return Hold.objects.filter(**where, status__in=Hold.COUNTING).filter(
         Q(period__endswith__gt=timezone.now()) | Q(order__status__in=Order.HOLDING_STATUSES)
     )
+
+
+# --------------------------------------------------------------------------- incidents, credits
+
+
+class Incident(models.Model):
+    """A lot of an order that was not usable: its acceptance failed (or a reading of its
+    cards went outside the kind's limits) from ``started_at`` until ``ended_at`` (access on a
+    replacement, the lot passing again, or the end of the window). At most one open per
+    order and lot (a partial unique key). Written by reservations.incidents."""
+
+    class Kind(models.TextChoices):
+        ACCEPTANCE = "acceptance", _("acceptance benchmark not passed")
+        CARDS = "cards", _("cards missing or not the ones accepted")
+        XID = "xid", _("GPU error (XID)")
+        ECC = "ecc", _("memory errors (ECC)")
+        THERMAL = "thermal", _("overheating or throttled")
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="incidents")
+    lot = models.ForeignKey(Lot, on_delete=models.PROTECT, related_name="incidents")
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    summary = models.CharField(max_length=2000, help_text=_("What was seen, in a few words"))
+    evidence = models.JSONField(default=dict, blank=True, help_text=_("The raw readings"))
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    at_acceptance = models.BooleanField(
+        default=False,
+        help_text=_(
+            "Found by the acceptance benchmark: the lot never served the order, so the time "
+            "lost counts from the window's start"
+        ),
+    )
+    replacement = models.ForeignKey(
+        Lot,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="replacing",
+        help_text=_("The lot the booking moved to"),
+    )
+    replacement_ssh = models.JSONField(
+        default=list, blank=True, help_text=_("How the researcher connects on the replacement")
+    )
+
+    class Meta:
+        ordering = ("-started_at", "-id")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("order", "lot"),
+                condition=Q(ended_at__isnull=True),
+                name="one_open_incident_per_lot",
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
+                name="incident_ends_after_it_starts",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.order.reference} · {self.lot} · {self.get_kind_display()}"
+
+
+class Credit(models.Model):
+    """The hours an incident took from an order, given back without a claim: pro rata to
+    what the order paid for that lot. One per incident (the unique key). The researcher
+    takes it as time (the hours added to the window on the same lots, nothing to pay) or as
+    money (refunded in the order's coin, payments.refund_due); an operator may refuse it
+    with a reason, which is mailed."""
+
+    class Status(models.TextChoices):
+        OFFERED = "offered", _("offered: time or money, the researcher chooses")
+        TIME = "time", _("taken as time")
+        MONEY = "money", _("taken as money")
+        REFUSED = "refused", _("refused by the operator")
+
+    incident = models.OneToOneField(Incident, on_delete=models.PROTECT, related_name="credit")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="credits")
+    seconds = models.PositiveIntegerField(help_text=_("The time the lot was not usable"))
+    share = models.DecimalField(
+        max_digits=9, decimal_places=8, help_text=_("The part of the order's price it gives back")
+    )
+    value_usd = models.DecimalField(max_digits=12, decimal_places=2)
+    amount_units = models.DecimalField(
+        max_digits=78,
+        decimal_places=0,
+        null=True,
+        blank=True,
+        help_text=_("Taken as money: what goes back, in the coin's base units"),
+    )
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OFFERED)
+    reason = models.CharField(max_length=500, blank=True, help_text=_("Why it was refused"))
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("created_at", "id")
+
+    def __str__(self) -> str:
+        return f"{self.order.reference} · {self.hours} h · {self.get_status_display()}"
+
+    @property
+    def hours(self) -> Decimal:
+        """The time given back, in hours to one decimal (what the pages say)."""
+        return (Decimal(self.seconds) / 3600).quantize(Decimal("0.1"))
 
 
 # --------------------------------------------------------------------------- 30-day campaigns

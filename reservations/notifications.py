@@ -12,7 +12,7 @@ from django.utils import timezone, translation
 from django.utils.crypto import salted_hmac
 
 from infra.mail import send_templated
-from reservations.models import Order
+from reservations.models import Credit, Order
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,18 @@ def _send(order: Order, name: str) -> None:
         cancelled = order.events.filter(to_status=Order.STATUS_CANCELLED).order_by("-id").first()
         context["cancellation"] = cancelled
         context["was_paid"] = cancelled is not None and cancelled.from_status == Order.STATUS_PAID
+    if name == "lot_replaced":  # the newest replacement: what failed, where it went
+        context["replaced"] = (
+            order.incidents.filter(replacement__isnull=False)
+            .select_related("lot__host", "replacement__host")
+            .first()
+        )
+    credits = order.credits.select_related("incident__lot__host").order_by("-id")
+    if name == "order_credited":  # the newest credit
+        context["credit"] = credits.first()
+    if name == "credit_refused":  # the newest refusal
+        refused = credits.filter(status=Credit.Status.REFUSED)
+        context["credit"] = refused.order_by("-decided_at", "-id").first()
     send_templated(name, context, order.contact_email, order.language)
 
 
@@ -126,6 +138,9 @@ ORDER_MAILS = (
     "early_end_answered",
     "order_extended",
     "order_cancelled",
+    "lot_replaced",
+    "order_credited",
+    "credit_refused",
 )
 """Mails about an order's progress (the placed mail has its own once-only path above)."""
 

@@ -51,6 +51,10 @@ EVENTS = {
     "invoice.exception",
     "order.extension_placed",
     "order.extended",
+    "lot.incident_opened",
+    "lot.replaced",
+    "order.credited",
+    "credit.decided",
 }
 """The documented events (docs/how-it-works/architecture.md): a new one is added here and there."""
 
@@ -152,6 +156,10 @@ def test_each_event_is_announced_by_exactly_one_service_the_one_its_meaning_name
             "payments.settlement.recompute",
             "reservations.extensions.place_extension",
             "reservations.extensions.join",
+            "reservations.incidents.open_incident",
+            "reservations.incidents.credit_for",
+            "reservations.incidents.decide",
+            "provisioning.replacement.replace",
         )
 
 

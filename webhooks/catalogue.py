@@ -40,6 +40,18 @@ EVENT_TYPES: tuple[EventType, ...] = (
     EventType("access.opened", _("SSH access to a lot is open.")),
     EventType("access.closing_soon", _("The window ends soon (the reminder mail's time).")),
     EventType("access.closed", _("A lot's access was removed at the window's end.")),
+    EventType(
+        "lot.incident_opened",
+        _("A lot failed its checks: it is replaced where a spare is free, the time credited."),
+    ),
+    EventType(
+        "lot.replaced",
+        _("A failed lot's booking moved to a spare lot, prepared and validated there."),
+    ),
+    EventType(
+        "order.credited",
+        _("Time a lot was not usable is credited (offered), or was taken as time or money."),
+    ),
     EventType("order.cancelled", _("The order was cancelled and its lots released.")),
     EventType("order.expired", _("The hold ended without a payment: the order expired.")),
     EventType("refund.sent", _("A refund's transaction was recorded (verified on-chain next).")),

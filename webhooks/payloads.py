@@ -27,7 +27,7 @@ def plain(data: Any) -> Any:
 def order(order_id: int) -> tuple[dict[str, Any], Order]:
     found = (
         Order.objects.select_related("kind", "environment")
-        .prefetch_related("campaign_checkpoints", "early_end_requests")
+        .prefetch_related(*s.ORDER_PREFETCH)
         .get(pk=order_id)
     )
     return {"order": plain(s.OrderSerializer(found).data)}, found

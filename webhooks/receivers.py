@@ -14,11 +14,15 @@ from provisioning.events import (
     access_closing_soon,
     access_opened,
     lot_held,
+    lot_replaced,
     order_approved,
     report_ready,
 )
 from reservations.events import (
+    credit_decided,
+    incident_opened,
     order_cancelled,
+    order_credited,
     order_expired,
     order_extended,
     order_extension_placed,
@@ -90,6 +94,47 @@ def lot_changed(*, sender: Event, order_id: int, job_id: int, **_: object) -> No
 
 for _event in (report_ready, access_opened, access_closed, lot_held):
     _event.connect(lot_changed, dispatch_uid=f"webhooks: {_event.name}")
+
+
+@incident_opened.receiver(dispatch_uid="webhooks: lot.incident_opened")
+def incident_opened_on(*, order_id: int, incident_id: int, **_: object) -> None:
+    """``lot.incident_opened``: ``data.order`` (the incident among its ``incidents``) and
+    ``data.incident``."""
+    data, order = payloads.order(order_id)
+    data["incident"] = next(i for i in data["order"]["incidents"] if i["id"] == incident_id)
+    services.fan_out(
+        "lot.incident_opened",
+        f"lot.incident_opened:{incident_id}",
+        data,
+        order_id=order_id,
+        owner_id=order.user_id,
+    )
+
+
+@lot_replaced.receiver(dispatch_uid="webhooks: lot.replaced")
+def lot_replaced_by(*, order_id: int, job_id: int, replacement_job_id: int, **_: object) -> None:
+    """``lot.replaced``: ``data.order`` and ``data.lot``, the replacement lot (its ``job``),
+    with ``data.replaced``, the failed lot's job."""
+    data, order = payloads.lot(order_id, replacement_job_id)
+    data["replaced"] = {"job": job_id}
+    services.fan_out(
+        "lot.replaced",
+        f"lot.replaced:{order_id}:{job_id}",
+        data,
+        order_id=order_id,
+        owner_id=order.user_id,
+    )
+
+
+@order_credited.receiver(dispatch_uid="webhooks: order.credited")
+@credit_decided.receiver(dispatch_uid="webhooks: order.credited (decided)")
+def credit_changed(*, order_id: int, credit_id: int, **_: object) -> None:
+    """``order.credited``: ``data.order`` and ``data.credit``; once when offered and once
+    when decided (its ``status`` says time, money or refused)."""
+    data, order = payloads.order(order_id)
+    data["credit"] = next(c for c in data["order"]["credits"] if c["id"] == credit_id)
+    key = f"order.credited:{credit_id}:{data['credit']['status']}"
+    services.fan_out("order.credited", key, data, order_id=order_id, owner_id=order.user_id)
 
 
 @refund_sent.receiver(dispatch_uid="webhooks: refund.sent")
