@@ -30,7 +30,7 @@ from payments.models import Chain, Invoice
 from provisioning import fleet
 from provisioning.models import AccessGrant, ProvisioningJob
 from reservations import campaign
-from reservations.models import Host, Lot, Order
+from reservations.models import Host, Incident, Lot, Order
 from webhooks import services as webhooks
 
 SHOWN = 8
@@ -134,9 +134,14 @@ def needs_payment_decision(now: datetime) -> Q:
 def provisioning_in_trouble() -> Q:
     """The jobs a person looks at: failed, held by a check, or access held by the operator."""
     return (
-        Q(status__in=(ProvisioningJob.Status.FAILED, ProvisioningJob.Status.HELD))
-        | Q(access_held=True)
-    ) & ~Q(status=ProvisioningJob.Status.REVOKED)
+        (
+            Q(status__in=(ProvisioningJob.Status.FAILED, ProvisioningJob.Status.HELD))
+            | Q(access_held=True)
+        )
+        & ~Q(status=ProvisioningJob.Status.REVOKED)
+        # replaced by a spare: its booking is elsewhere (the incidents section shows it)
+        & Q(replaced_at__isnull=True)
+    )
 
 
 def revocation_overdue(now: datetime) -> Q:
@@ -219,6 +224,40 @@ def provisioning_trouble() -> Section:
             (job.error.strip().splitlines() or [job.get_status_display()])[-1][:160],
         ),
         _changelist("provisioning", "provisioningjob", "status__exact=failed"),
+    )
+
+
+def open_incidents() -> Section:
+    """Lots of orders that are not usable now: replaced by a spare being prepared, or held
+    with no spare free (the time is credited either way)."""
+    rows = (
+        Incident.objects.filter(ended_at__isnull=True)
+        .select_related("order", "lot__host", "replacement__host")
+        .order_by("started_at", "pk")
+    )
+
+    def item(incident: Incident) -> Item:
+        moved = (
+            _("replaced by %(lot)s") % {"lot": incident.replacement}
+            if incident.replacement_id
+            else _("no spare free: retry, release or move it")
+        )
+        return Item(
+            f"{incident.order.reference} · {incident.lot}",
+            _change(incident.order),
+            f"{incident.get_kind_display()} · {moved} · {incident.summary[:120]}",
+        )
+
+    return _section(
+        "incidents",
+        _("Incidents: lots not usable now"),
+        _(
+            "A spare is prepared where one was free; else fix the lot and retry it, or move the "
+            "booking. The time lost is credited to the researcher by itself."
+        ),
+        rows,
+        item,
+        _changelist("reservations", "incident", "open=yes"),
     )
 
 
@@ -465,6 +504,7 @@ def sections(now: datetime | None = None) -> list[Section]:
         payment_decisions(now),
         refunds_due(),
         provisioning_trouble(),
+        open_incidents(),
         drifting_lots(),
         refused_host_keys(),
         *([failures] if failures.count else []),

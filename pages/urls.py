@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from pages import booking, campaign, extend, order, self_service
+from pages import booking, campaign, credits, extend, order, self_service
 
 app_name = "pages"
 
@@ -28,4 +28,5 @@ urlpatterns = [
     path(f"{ORDER}early-end/", campaign.request_early_end, name="early_end"),
     path(f"{ORDER}extend/", extend.extend, name="order_extend"),
     path(f"{ORDER}again/", extend.book_again, name="book_again"),
+    path(f"{ORDER}credits/<int:credit>/", credits.take, name="order_credit"),
 ]

@@ -161,8 +161,14 @@ MESSAGES = {
     "move_order_ended": _("This order no longer holds lots: there is nothing to move."),
     "move_same_lot": _("The booking is already on lot %(lot)s."),
     "move_other_kind": _("Lot %(lot)s is not of this booking's hardware kind, %(kind)s."),
-    "move_lot_not_active": _("Lot %(lot)s is not active (%(status)s): it takes no bookings."),
+    "move_lot_not_active": _("Lot %(lot)s is not in service (%(status)s): it takes no bookings."),
     "move_lot_not_free": _("Lot %(lot)s is not free for this booking's whole window any more."),
+    "credit_decided": _("This credit was already taken or refused."),
+    "credit_window_over": _("Your window is over: this credit can be taken as money only."),
+    "credit_lots_not_free": _(
+        "Your lots are booked by someone else right after your window: take this credit as money."
+    ),
+    "credit_reason_required": _("Say why the credit is refused: the researcher is mailed it."),
 }
 
 

@@ -35,6 +35,7 @@ from django.db.models import Case, IntegerField, Q, Value, When
 from django.utils import timezone
 
 from reservations import notifications
+from reservations.errors import MESSAGES
 from reservations.events import credit_decided, incident_opened, order_credited
 from reservations.models import Credit, Hold, Incident, Lot, Order
 from reservations.services import Actor, is_exclusion_violation, record_note
@@ -44,13 +45,22 @@ log = logging.getLogger(__name__)
 DAY = timedelta(days=1)
 
 
-class CreditRefused(Exception):
-    """A credit cannot be taken that way now; ``code`` says why (MESSAGES in errors)."""
+REFUSALS = {
+    "credit_decided": "credit_decided",
+    "credit_window_over": "credit_window_over",
+    "lots_not_free": "credit_lots_not_free",
+    "reason_required": "credit_reason_required",
+}
+"""Why a credit is refused (the API's ``code``) → its message in reservations.errors."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
+
+class CreditRefused(Exception):
+    """A credit cannot be taken or refused that way now; ``code`` says why (REFUSALS)."""
+
+    def __init__(self, code: str) -> None:
+        self.message = str(MESSAGES[REFUSALS[code]])
+        super().__init__(self.message)
         self.code = code
-        self.message = message
 
 
 # --------------------------------------------------------------------------- incidents
@@ -260,12 +270,9 @@ def take_as_time(credit: Credit, *, actor: Actor, now: datetime | None = None) -
         order = Order.objects.select_for_update().get(pk=credit.order_id)
         locked = Credit.objects.select_for_update().get(pk=credit.pk)
         if locked.status != Credit.Status.OFFERED:
-            raise CreditRefused("credit_decided", "This credit was already decided.")
+            raise CreditRefused("credit_decided")
         if order.status not in Order.HOLDING_STATUSES or order.ends_at <= now:
-            raise CreditRefused(
-                "credit_window_over",
-                "The window is over: this credit can be taken as money only.",
-            )
+            raise CreditRefused("credit_window_over")
         more = timedelta(seconds=locked.seconds)
         holds = list(Hold.objects.filter(order=order, status__in=Hold.COUNTING))
         try:
@@ -277,11 +284,7 @@ def take_as_time(credit: Credit, *, actor: Actor, now: datetime | None = None) -
         except IntegrityError as exc:
             if not is_exclusion_violation(exc):
                 raise
-            raise CreditRefused(
-                "lots_not_free",
-                "Your lots are booked by someone else right after your window: take this "
-                "credit as money.",
-            ) from None
+            raise CreditRefused("lots_not_free") from None
         old_end = order.ends_at
         Order.objects.filter(pk=order.pk).update(
             ends_at=old_end + more, ending_mail_sent_at=None, updated_at=now
@@ -309,7 +312,7 @@ def take_as_money(credit: Credit, *, actor: Actor) -> Credit:
             actor=actor,
             note=f"credit of {locked.hours} h taken as money",
         ):
-            raise CreditRefused("credit_decided", "This credit was already decided.")
+            raise CreditRefused("credit_decided")
     locked.refresh_from_db()
     return locked
 
@@ -317,7 +320,7 @@ def take_as_money(credit: Credit, *, actor: Actor) -> Credit:
 def refuse(credit: Credit, *, actor: Actor, reason: str) -> Credit:
     """The operator refuses a credit not yet decided, saying why; the researcher is mailed."""
     if not reason.strip():
-        raise CreditRefused("required", "Say why the credit is refused.")
+        raise CreditRefused("reason_required")
     with transaction.atomic():
         locked = Credit.objects.select_for_update().get(pk=credit.pk)
         if not decide(
@@ -327,7 +330,7 @@ def refuse(credit: Credit, *, actor: Actor, reason: str) -> Credit:
             note=f"credit refused: {reason.strip()[:300]}",
             reason=reason.strip()[:500],
         ):
-            raise CreditRefused("credit_decided", "This credit was already decided.")
+            raise CreditRefused("credit_decided")
         notifications.enqueue_order_mail(locked.order, "credit_refused")
     locked.refresh_from_db()
     return locked

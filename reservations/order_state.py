@@ -34,6 +34,8 @@ SOURCES: dict[str, str] = {
     "reservations_checkpoint": "order_id = {order}",
     "reservations_earlyendrequest": "order_id = {order}",
     "reservations_hold": "order_id = {order}",
+    "reservations_incident": "order_id = {order}",
+    "reservations_credit": "order_id = {order}",
     "reservations_hardwarekind": "TRUE",
     "reservations_environment": "TRUE",
     # The prices of the order's kind: what an extension would cost today.
@@ -90,7 +92,7 @@ def state_of(order_id: int) -> str:
 
     The content read after it is never older than it (each statement sees what is committed
     when it starts), so what is stored under it is never older than its key says."""
-    # Prepared once per connection: planning its 21 subqueries took as long as running them.
+    # Prepared once per connection: planning its 23 subqueries took as long as running them.
     row = execute_prepared(STATE_SQL, {"order": order_id})
     assert row is not None
     return str(row[0])

@@ -59,6 +59,7 @@ def test_the_desk_opens_on_today_with_every_section_and_the_models_below(
         "payments",
         "refunds",
         "provisioning",
+        "incidents",
         "drift",
         "host_keys",
         "revocations",
@@ -68,7 +69,7 @@ def test_the_desk_opens_on_today_with_every_section_and_the_models_below(
         "closing",
     ):
         assert f'id="today-{key}"' in html
-    assert html.count("Nothing waiting.") == 11
+    assert html.count("Nothing waiting.") == 12
     assert "Reservations" in html  # the usual list of models is still there
 
 
@@ -415,7 +416,7 @@ def test_today_counts_a_short_section_from_its_rows_and_a_long_one_in_full(
     django_assert_max_num_queries: Any,
 ) -> None:
     # Nothing waiting: one query per section for its rows, no count queries on top (issue 15).
-    with django_assert_max_num_queries(14):  # 13 sections and the failing webhooks
+    with django_assert_max_num_queries(15):  # 14 sections and the failing webhooks
         assert all(s.count == 0 for s in desk.sections() if s.key != "chains")
     for week in range(desk.SHOWN + 1):
         paid(make_request, starts_at=soon + timedelta(days=7 * week))

@@ -223,6 +223,9 @@ class LotAdmin(RefusalsAsMessages):
             below = history[0]["below"] if history else []
             context["acceptance_drift"] = fleet.describe(below) if below else ""
             context["lot_bookings"] = list(inventory.bookings_on(lot))
+            context["lot_incidents"] = list(
+                lot.incidents.select_related("order", "replacement__host").order_by("-started_at")
+            )
         return super().change_view(request, object_id, form_url, context)
 
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:

@@ -33,6 +33,7 @@ from reservations.admin import (
 )
 from reservations.campaign_admin import CheckpointInline, EarlyEndRequestInline
 from reservations.errors import InvalidTransition
+from reservations.incident_admin import CreditInline, OrderIncidentInline
 from reservations.models import (
     Order,
 )
@@ -112,6 +113,8 @@ class OrderAdmin(admin.ModelAdmin):
         BillingInline,
         ReceiptInline,
         ProvisioningInline,
+        OrderIncidentInline,
+        CreditInline,
         SplitTestInline,
         CheckpointInline,
         EarlyEndRequestInline,

@@ -29,9 +29,11 @@ from provisioning.events import (
     access_closing_soon,
     access_opened,
     lot_held,
+    lot_replaced,
     report_ready,
 )
 from provisioning.models import ProvisioningJob
+from reservations import incidents
 from reservations.events import order_expired, order_extended, order_paid_late
 from reservations.services import cancel_order, mark_paid, place_order, system
 from tests.conftest import Payments, RequestFactory, build_inventory
@@ -99,6 +101,13 @@ def test_every_event_reaches_each_endpoint_that_hears_of_it_once(
     # order.extended (tests/reservations/test_extensions.py extends for real; here only the
     # fan-out counts, and the extension's id only keys the message)
     order_extended.announce(order_id=order.pk, extension_id=other.pk)
+    # lot.incident_opened and order.credited, from the incident's own services (committed:
+    # no transaction of the test's is open); lot.replaced keyed by the jobs only.
+    incident, _opened = incidents.open_incident(
+        order, job.lot, kind="acceptance", summary="test", at=order.starts_at, at_acceptance=True
+    )
+    incidents.end_incident(incident, at=order.starts_at + timedelta(hours=1), why="test")
+    lot_replaced.announce(order_id=order.pk, job_id=job.pk, replacement_job_id=job.pk)
 
     every = {e.name for e in catalogue.EVENT_TYPES}
     expected = {
