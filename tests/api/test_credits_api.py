@@ -11,34 +11,18 @@ import pytest
 from django.test import Client
 
 from accounts.models import User
-from provisioning import services as provisioning
-from reservations import incidents
-from reservations.models import Credit, Lot, Order
-from reservations.services import system
+from reservations.models import Credit, Order
 from tests.api.test_api import get, post
 from tests.api.test_extensions_api import paid_order
 from tests.conftest import build_inventory
+from tests.reservations.test_credit_page import credit_a_replacement
 
 pytestmark = pytest.mark.django_db
 
 
 def credited(reference: str) -> tuple[Order, Credit]:
     order = Order.objects.get(reference=reference)
-    provisioning.approve_order(order, actor=system("operator"))
-    failed = order.holds.get().lot
-    spare = Lot.objects.filter(host__kind=order.kind).exclude(pk=failed.pk).first()
-    assert spare is not None
-    incident, _opened = incidents.open_incident(
-        order,
-        failed,
-        kind="acceptance",
-        summary="exit code 4",
-        at=order.starts_at,
-        at_acceptance=True,
-    )
-    incidents.record_replacement(incident, spare, ["ssh -p 22 gl-x@203.0.113.7"])
-    credit = incidents.end_incident(incident, at=order.starts_at + timedelta(hours=6), why="t")
-    assert credit is not None
+    credit = credit_a_replacement(order, 6, summary="exit code 4", ssh="ssh -p 22 gl-x@203.0.113.7")
     return order, credit
 
 

@@ -31,22 +31,28 @@ def replaced_and_credited(
     order = place_order(make_request(window_days=3, lot_count=1, **fields))
     with transaction.atomic():
         assert mark_paid(order, actor=system("test"), reason="paid")
+    return Order.objects.get(pk=order.pk), credit_a_replacement(order, hours)
+
+
+def credit_a_replacement(
+    order: Order,
+    hours: int,
+    summary: str = "acceptance not passed: failed: matmul_bf16 (card 0): 41 % of peak",
+    ssh: str = "ssh -p 22 gl-test@203.0.113.7",
+) -> Credit:
+    """Approve the paid ``order``; its lot fails its acceptance and moves to the spare,
+    which opens ``hours`` into the window: the credit, not decided yet."""
     provisioning.approve_order(order, actor=system("operator"))
     failed = order.holds.get().lot
     spare = Lot.objects.filter(host__kind=order.kind).exclude(pk=failed.pk).first()
     assert spare is not None
     incident, _opened = incidents.open_incident(
-        order,
-        failed,
-        kind="acceptance",
-        summary="acceptance not passed: failed: matmul_bf16 (card 0): 41 % of peak",
-        at=order.starts_at,
-        at_acceptance=True,
+        order, failed, kind="acceptance", summary=summary, at=order.starts_at, at_acceptance=True
     )
-    incidents.record_replacement(incident, spare, ["ssh -p 22 gl-test@203.0.113.7"])
+    incidents.record_replacement(incident, spare, [ssh])
     credit = incidents.end_incident(incident, at=order.starts_at + timedelta(hours=hours), why="t")
     assert credit is not None
-    return Order.objects.get(pk=order.pk), credit
+    return credit
 
 
 def test_the_order_page_shows_the_replacement_and_offers_the_credit_as_time_or_money(
