@@ -301,7 +301,10 @@ do) so that a tick never waits behind a long benchmark: a window's end is revoke
 WEBHOOK_QUEUE = env_str("WEBHOOK_QUEUE", CELERY_TASK_DEFAULT_QUEUE) or CELERY_TASK_DEFAULT_QUEUE
 """The queue of webhook deliveries. Give it a worker of its own with a thread pool (`make run`
 and docker-compose do): a slow receiver then never delays provisioning or payments."""
-CELERY_TASK_ROUTES = {"provisioning.tasks.access_tick": {"queue": PROVISIONING_CLOCK_QUEUE}}
+CELERY_TASK_ROUTES = {
+    f"provisioning.tasks.{name}": {"queue": PROVISIONING_CLOCK_QUEUE}
+    for name in ("access_tick", "health_tick")
+}
 if WEBHOOK_QUEUE != CELERY_TASK_DEFAULT_QUEUE:  # else they follow the default queue
     CELERY_TASK_ROUTES.update(
         {f"webhooks.tasks.{name}": {"queue": WEBHOOK_QUEUE} for name in ("deliver", "deliver_due")}
@@ -333,6 +336,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
         "schedule": crontab(minute="*")
         if PROVISIONING_TICK_SECONDS == 60
         else timedelta(seconds=PROVISIONING_TICK_SECONDS),
+    },
+    "health-tick": {  # read the cards of every lot whose access is open (provisioning.health)
+        "task": "provisioning.tasks.health_tick",
+        "schedule": timedelta(seconds=60),  # each lot is read when its reading is due
     },
     "scan-open-invoices": {
         "task": "payments.tasks.scan_open_invoices",
@@ -496,6 +503,23 @@ PROVISIONING_REPLACE_FAILED_LOTS = env_bool("PROVISIONING_REPLACE_FAILED_LOTS", 
 """A lot that fails its acceptance moves its booking to a free lot of the kind (a spare
 first) at once (provisioning.replacement); off: it waits for the operator. Either way the
 time lost is credited."""
+PROVISIONING_HEALTH_SECONDS = env_int("PROVISIONING_HEALTH_SECONDS", 300, minimum=10)
+"""How often each lot whose access is open is read (provisioning.health): its cards, XID
+lines, ECC counters and remapped rows, throttling, temperature."""
+PROVISIONING_HEALTH_CONCURRENCY = env_int("PROVISIONING_HEALTH_CONCURRENCY", 16, minimum=1)
+"""How many hosts one health tick reads at once (each reading is one SSH session)."""
+PROVISIONING_HEALTH_KEEP = timedelta(hours=env_int("PROVISIONING_HEALTH_KEEP_HOURS", 72, minimum=1))
+"""How long a lot's health readings are kept (a short time series; incidents keep theirs)."""
+PROVISIONING_HEALTH_REPLACE_AFTER = timedelta(
+    minutes=env_int("PROVISIONING_HEALTH_REPLACE_AFTER_MINUTES", 30, minimum=0)
+)
+"""A lot that reads degraded (hot, throttled, memory rows pending, host not reached) for
+this long is replaced; a card gone, changed, or a fatal XID or ECC error at once."""
+PROVISIONING_REPLACED_ACCESS_GRACE = timedelta(
+    minutes=env_int("PROVISIONING_REPLACED_ACCESS_GRACE_MINUTES", 60, minimum=0)
+)
+"""A lot replaced while its access was open stays reachable this long after access opens on
+the spare (the researcher copies files off it); then it is revoked."""
 ACCEPTANCE_DRIFT_SHARE = float(env_str("ACCEPTANCE_DRIFT_SHARE", "0.9") or "0.9")
 """A lot whose latest acceptance figures (matrix product and HBM shares of the datasheet,
 all-reduce bus bandwidth) fall below this share of its kind's median over all lots is

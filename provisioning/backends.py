@@ -48,6 +48,10 @@ SCRIPT_TIMEOUT = 120
 REVOKE_TIMEOUT = 600
 """revoke.sh looks through the host's filesystems for the account's files: more time."""
 BENCHMARK_TIMEOUT = 900
+HEALTH_TIMEOUT = 60
+"""A health reading is one nvidia-smi (or amd-smi) call and the kernel log: seconds."""
+PROBE = Path(__file__).resolve().parent / "validation" / "benchmark" / "smi.py"
+"""The health probe: sent to the host on standard input (provisioning.health)."""
 CARDS = re.compile(r"[0-9]+(,[0-9]+)*")
 HIDDEN = "ROCR_VISIBLE_DEVICES"
 """Removed from the benchmark's environment: HIP reads HIP_VISIBLE_DEVICES as positions in
@@ -107,6 +111,11 @@ class Backend(Protocol):
         """End the benchmark writing ``report_name`` if one still runs (its grant is closing:
         nothing of the order may go on using the cards); none running is fine."""
 
+    def read_health(self, host: Host, cards: str, since: float, until: float) -> dict[str, Any]:
+        """One health reading of the lot's ``cards`` (checked as for the benchmark): the
+        probe (validation/benchmark/smi.py) run on the host, its JSON; XID lines from the
+        epoch seconds (``since``, ``until``]. StepFailed (HostUnreachable) when there is none."""
+
 
 def still_running(report: str) -> str:
     """A ``pkill -f`` pattern for the benchmark writing ``report`` that matches neither the
@@ -133,6 +142,17 @@ def visible_devices(cards: str) -> dict[str, str]:
         "CUDA_VISIBLE_DEVICES": cards,
         "HIP_VISIBLE_DEVICES": cards,
     }
+
+
+def health_reading(text: str, host: Host) -> dict[str, Any]:
+    """The probe's output as a reading; StepFailed when it is not one."""
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or not isinstance(found.get("cards"), list):
+        raise StepFailed(f"health on {host.name}: the probe answered no reading: {text[-200:]!r}")
+    return found
 
 
 def is_report(text: str) -> bool:
@@ -230,3 +250,16 @@ class LocalBackend:
                 group = os.getpgid(int(pid))
                 if group != os.getpgrp():  # never this worker's own group
                     os.killpg(group, signal.SIGKILL)
+
+    def read_health(self, host: Host, cards: str, since: float, until: float) -> dict[str, Any]:
+        visible_devices(cards)  # checked: it goes on a command line
+        done = subprocess.run(
+            [sys.executable, "-", str(self.host_root(host)), cards, f"{since:.3f}", f"{until:.3f}"],
+            input=PROBE.read_text(),
+            capture_output=True,
+            text=True,
+            timeout=HEALTH_TIMEOUT,
+        )
+        if done.returncode != 0:
+            raise StepFailed(f"health on {host.name}: {done.stderr.strip()[-300:]}")
+        return health_reading(done.stdout, host)

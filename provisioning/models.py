@@ -199,3 +199,40 @@ class SplitTest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.order.reference} · split test {self.pk}"
+
+
+class HealthReading(models.Model):
+    """One health reading of a lot's cards while its access is open (provisioning.health):
+    what the probe read on the host (``cards``, per card: UUID, temperature, throttle mask,
+    ECC counters, remapped rows), the XID lines since the previous reading, and what was
+    judged outside the kind's limits (``findings``; empty: healthy). A short time series per
+    lot: readings older than PROVISIONING_HEALTH_KEEP_HOURS are dropped."""
+
+    job = models.ForeignKey(ProvisioningJob, on_delete=models.CASCADE, related_name="readings")
+    lot = models.ForeignKey(Lot, on_delete=models.CASCADE, related_name="health_readings")
+    taken_at = models.DateTimeField()
+    healthy = models.BooleanField()
+    tool = models.CharField(
+        max_length=12, blank=True, help_text=_("nvidia-smi, amd-smi or stand-in (no GPU tool)")
+    )
+    cards = models.JSONField(default=list, blank=True)
+    xid = models.JSONField(default=list, blank=True)
+    findings = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True, help_text=_("Why no reading came (host not reached)"))
+    seconds = models.FloatField(null=True, blank=True, help_text=_("The probe's own time"))
+
+    class Meta:
+        ordering = ("-taken_at", "-id")
+        indexes = [
+            models.Index(fields=["job", "-taken_at"], name="reading_job_newest"),
+            models.Index(fields=["lot", "-taken_at"], name="reading_lot_newest"),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.lot} at {self.taken_at:%Y-%m-%d %H:%M} ({'healthy' if self.healthy else 'not'})"
+        )
+
+    @property
+    def stand_in(self) -> bool:
+        return self.tool == "stand-in"

@@ -39,6 +39,11 @@ from reservations.services import record_note, system
 log = logging.getLogger(__name__)
 
 ACTOR = system("replacement")
+REPLACEABLE = (
+    ProvisioningJob.Status.HELD,
+    ProvisioningJob.Status.FAILED,
+    ProvisioningJob.Status.READY,  # an incident while access is open (provisioning.health)
+)
 
 
 def incident_kind(report: dict[str, Any]) -> str:
@@ -86,7 +91,7 @@ def after_failure(
 def replace(job: ProvisioningJob, incident: Incident, *, now: datetime) -> ProvisioningJob | None:
     """Move ``job``'s booking to a free lot of its kind (a spare first); the new job, or
     None (nothing changed) when none is free, the order's window is over, or the job is no
-    longer held."""
+    longer held, failed or open (REPLACEABLE)."""
     with transaction.atomic():
         # Locks: the order's row, then the job's (as moving a booking does).
         order = Order.objects.select_for_update().get(pk=job.order_id)
@@ -97,7 +102,7 @@ def replace(job: ProvisioningJob, incident: Incident, *, now: datetime) -> Provi
         )
         if (
             locked.replaced_at is not None
-            or locked.status not in (ProvisioningJob.Status.HELD, ProvisioningJob.Status.FAILED)
+            or locked.status not in REPLACEABLE
             or order.status not in (Order.STATUS_APPROVED, Order.STATUS_ACTIVE)
             or order.ends_at <= now
         ):
@@ -153,8 +158,10 @@ def close_replaced(
 ) -> int:
     """What replaced jobs prepared on their failed lots is removed (the benchmark stopped,
     the accounts revoked) and their grants closed, free at once: the lot is in maintenance
-    and the booking elsewhere. A host that cannot be reached keeps the grant open until a
-    later tick reaches it."""
+    and the booking elsewhere. A lot replaced while its access was open stays reachable
+    until PROVISIONING_REPLACED_ACCESS_GRACE after access opens on the spare (the
+    researcher copies files off it), or to the window's end. A host that cannot be reached
+    keeps the grant open until a later tick reaches it."""
     jobs = (
         ProvisioningJob.objects.filter(replaced_at__isnull=False)
         .exclude(status=ProvisioningJob.Status.REVOKED)
@@ -164,8 +171,31 @@ def close_replaced(
         jobs = jobs.filter(order_id=order_id)
     closed = 0
     for job in jobs:
+        if not closing(job, now):
+            continue
         try:
             closed += services.revoke_lot(job, backend, now=now, free_now=True)
         except StepFailed as exc:
             log.warning("replaced lot not reached", extra={"job": job.pk, "error": str(exc)})
     return closed
+
+
+def closing(job: ProvisioningJob, now: datetime) -> bool:
+    """Whether a replaced job's access is to be removed now (see :func:`close_replaced`)."""
+    grant = job.access_grant
+    if grant is None or grant.keys_at is None or now >= job.order.ends_at:
+        return True  # never opened to the researcher: nothing of theirs to copy off it
+    return now >= open_until(job)
+
+
+def open_until(job: ProvisioningJob) -> datetime:
+    """Until when a lot replaced while its access was open stays reachable: the grace after
+    access opened on the spare (the window's end until it has)."""
+    moved = (
+        Incident.objects.filter(order_id=job.order_id, lot_id=job.lot_id, replacement__isnull=False)
+        .order_by("-started_at")
+        .first()
+    )
+    if moved is None or moved.ended_at is None:
+        return job.order.ends_at
+    return min(job.order.ends_at, moved.ended_at + settings.PROVISIONING_REPLACED_ACCESS_GRACE)

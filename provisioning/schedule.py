@@ -76,11 +76,13 @@ def tick(
 
 
 def _scheduled(order_id: int | None) -> models.QuerySet[ProvisioningJob]:
-    """Jobs of approved orders on lots in service, active or spare (a lot in maintenance or
-    retired is not prepared nor opened: the operator moves its bookings, see
-    reservations.inventory), that no replacement took off their lot."""
+    """Jobs of approved orders (or active ones: a spare replacing a lot mid-window) on lots
+    in service, active or spare (a lot in maintenance or retired is not prepared nor
+    opened: the operator moves its bookings, see reservations.inventory), that no
+    replacement took off their lot."""
     jobs = ProvisioningJob.objects.filter(
-        order__status=Order.STATUS_APPROVED, lot__status__in=Lot.IN_SERVICE
+        order__status__in=(Order.STATUS_APPROVED, Order.STATUS_ACTIVE),
+        lot__status__in=Lot.IN_SERVICE,
     )
     jobs = jobs.filter(replaced_at__isnull=True)
     return jobs.filter(order_id=order_id) if order_id is not None else jobs

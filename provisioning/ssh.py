@@ -30,13 +30,16 @@ from django.core.checks import Error, register
 
 from provisioning.backends import (
     BENCHMARK_TIMEOUT,
+    HEALTH_TIMEOUT,
     HIDDEN,
     HOST_SCRIPTS,
+    PROBE,
     SCRIPT_TIMEOUT,
     HostKeyRefused,
     HostUnreachable,
     StepFailed,
     crash_report,
+    health_reading,
     is_report,
     script_timeout,
     still_running,
@@ -243,6 +246,20 @@ class SshBackend:
             return await self._run(session, host, "stop the benchmark", command)
 
         self._with_session(host, steps)
+
+    def read_health(self, host: Host, cards: str, since: float, until: float) -> dict[str, Any]:
+        visible_devices(cards)  # checked: it goes on a command line
+        arguments = shlex.join([self.remote_root, cards, f"{since:.3f}", f"{until:.3f}"])
+        command = f"{shlex.join(shlex.split(self.python))} - {arguments}"
+        if self.real_accounts and host.ssh_user != "root":
+            command = f"sudo -n {command}"  # the kernel log is root's (or adm's) to read
+
+        async def steps(session: Session) -> str:
+            return await self._run(
+                session, host, "health", command, stdin=PROBE.read_text(), timeout=HEALTH_TIMEOUT
+            )
+
+        return health_reading(self._with_session(host, steps), host)
 
     # ----------------------------------------------------------------- the session
 

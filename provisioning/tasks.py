@@ -9,7 +9,7 @@ from celery.app.task import Task
 from django.core.cache import cache
 
 from infra.beat import once_per_slot
-from provisioning import keys, schedule, services
+from provisioning import health, keys, schedule, services
 from provisioning.backends import HostKeyRefused, StepFailed
 from provisioning.models import ProvisioningJob
 
@@ -71,3 +71,21 @@ def access_tick() -> dict[str, int]:
     finally:
         if cache.get(TICK_LOCK) == token:  # not a later tick's, once this one's expired
             cache.delete(TICK_LOCK)
+
+
+HEALTH_LOCK = "provisioning:health"
+
+
+@shared_task(name="provisioning.tasks.health_tick", acks_late=True)
+@once_per_slot  # one run a period, however many beats send it
+def health_tick() -> dict[str, int]:
+    """Beat: read the cards of every lot whose access is open and whose reading is due
+    (provisioning.health). A tick still running elsewhere is not doubled."""
+    token = uuid.uuid4().hex
+    if not cache.add(HEALTH_LOCK, token, timeout=TICK_LOCK_SECONDS):
+        return {}
+    try:
+        return health.tick().as_dict()
+    finally:
+        if cache.get(HEALTH_LOCK) == token:
+            cache.delete(HEALTH_LOCK)

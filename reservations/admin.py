@@ -82,6 +82,10 @@ class HardwareKindAdmin(admin.ModelAdmin):
                 ),
             },
         ),
+        (
+            gettext_lazy("Health during the window (a reading outside opens an incident)"),
+            {"fields": ("health_max_temperature_c",)},
+        ),
     )
 
 

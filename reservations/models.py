@@ -124,6 +124,15 @@ class HardwareKind(models.Model):
     accept_min_driver = models.CharField(_("least driver"), max_length=16, blank=True)
     accept_ecc_required = models.BooleanField(_("ECC required"), default=True)
     accept_mig_allowed = models.BooleanField(_("MIG allowed"), default=False)
+    health_max_temperature_c = models.PositiveSmallIntegerField(
+        _("hottest a card may run (°C)"),
+        default=90,
+        validators=[MinValueValidator(40)],
+        help_text=_(
+            "During the window, a card reading hotter (GPU temperature; AMD: hotspot) is an "
+            "incident"
+        ),
+    )
 
     class Meta:
         ordering = ("display_order", "name")
@@ -724,6 +733,7 @@ class Incident(models.Model):
         XID = "xid", _("GPU error (XID)")
         ECC = "ecc", _("memory errors (ECC)")
         THERMAL = "thermal", _("overheating or throttled")
+        UNREACHABLE = "unreachable", _("host not reachable")
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="incidents")
     lot = models.ForeignKey(Lot, on_delete=models.PROTECT, related_name="incidents")

@@ -72,6 +72,8 @@ def _send(order: Order, name: str) -> None:
         context["cancellation"] = cancelled
         context["was_paid"] = cancelled is not None and cancelled.from_status == Order.STATUS_PAID
     if name == "lot_replaced":  # the newest replacement: what failed, where it went
+        grace = settings.PROVISIONING_REPLACED_ACCESS_GRACE
+        context["grace_minutes"] = int(grace.total_seconds() // 60)
         context["replaced"] = (
             order.incidents.filter(replacement__isnull=False)
             .select_related("lot__host", "replacement__host")

@@ -2,11 +2,13 @@
 
 Rendered on the server as one row of HTML per lot: bars for a hold awaiting payment (with its
 expiry), a booking, an active rental, the turnaround after a window, and a lot in
-maintenance; today marked. Every bar is a link to its order, with a title that hover and
-keyboard focus both show. Hosts come a page at a time (``HOSTS_PER_PAGE``, each with all
-its lots): 200 lots over the whole horizon are ~10,000 bars and 2.6 MB of HTML, too much to
-build fast or to read (or to tab through) on one page. Three queries whatever the number of
-lots: the page's hosts, their lots, and the holds that overlap the range.
+maintenance, and a red band over the time a lot was not usable (an incident, linked to it:
+a card that keeps failing shows as bands on its row); today marked. Every bar is a link, with
+a title that hover and keyboard focus both show. Hosts come a page at a time
+(``HOSTS_PER_PAGE``, each with all its lots): 200 lots over the whole horizon are ~10,000
+bars and 2.6 MB of HTML, too much to build fast or to read (or to tab through) on one page.
+Four queries whatever the number of lots: the page's hosts, their lots, and the holds and
+the incidents that overlap the range.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import localtime
 from django.utils.translation import gettext as _
 
-from reservations.models import HardwareKind, Host, Lot, Order
+from reservations.models import HardwareKind, Host, Incident, Lot, Order
 
 DAY_WIDTH = 16
 """Pixels per day."""
@@ -37,7 +39,7 @@ HOSTS_PER_PAGE = 10
 class Bar(NamedTuple):
     kind: str
     """held · booked · active · turnaround · maintenance · joined (where a joined extension's
-    days begin inside its order's bar; no width)"""
+    days begin inside its order's bar; no width) · incident"""
     x: float
     width: float
     title: str
@@ -121,6 +123,7 @@ def build(
         group.rows.append(row)
         rows[lot.pk] = row
     _draw(rows, _holds(list(rows), start, end), (end - start).total_seconds() / 86400)
+    _draw_incidents(rows, _incidents(list(rows), start, end, now))
     # The days' header as HTML, built here like the rows (~190 days through the template
     # language cost more than the rest of the page's template).
     header: list[str] = []
@@ -290,6 +293,65 @@ def _draw(rows: dict[int, Row], holds: list[tuple[Any, ...]], days_shown: float)
                 )
     for pk, row in rows.items():
         row.html = mark_safe("".join(parts[pk]))  # noqa: S308 (every value above is escaped or ours)
+
+
+INCIDENTS_SQL = """
+SELECT i.lot_id, i.id, o.reference, i.kind, left(i.summary, 160),
+       date_part('epoch', greatest(i.started_at, %(start)s) - %(start)s) / 86400,
+       date_part('epoch', least(coalesce(i.ended_at, %(now)s), %(end)s) - %(start)s) / 86400,
+       to_char(i.started_at AT TIME ZONE %(zone)s, 'DD Mon HH24:MI'),
+       coalesce(to_char(i.ended_at AT TIME ZONE %(zone)s, 'DD Mon HH24:MI'), ''),
+       (SELECT h.name || ' GPU ' || l.gpu_a || ',' || l.gpu_b
+          FROM reservations_lot l JOIN reservations_host h ON h.id = l.host_id
+         WHERE l.id = i.replacement_id)
+  FROM reservations_incident i JOIN reservations_order o ON o.id = i.order_id
+ WHERE i.lot_id = ANY(%(lots)s) AND i.started_at < %(end)s
+   AND coalesce(i.ended_at, %(now)s) >= %(start)s
+ ORDER BY i.lot_id, i.started_at
+"""
+"""The incidents of the lots shown overlapping the range (open ones up to now), with their
+band's position in days from the range's start and the lot the booking moved to."""
+
+
+def _incidents(
+    lots: list[int], start: datetime, end: datetime, now: datetime
+) -> list[tuple[Any, ...]]:
+    if not lots:
+        return []
+    params: dict[str, Any] = {
+        "lots": lots,
+        "start": start,
+        "end": end,
+        "now": now,
+        "zone": timezone.get_current_timezone_name(),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(INCIDENTS_SQL, params)
+        return cursor.fetchall()
+
+
+def _draw_incidents(rows: dict[int, Row], found: list[tuple[Any, ...]]) -> None:
+    """Each incident's band on its lot's row, over the bars, a link to the incident."""
+    from_to, still_open = _("%(start)s → %(end)s"), _("%(start)s → (not over)")
+    moved = _("moved to %(lot)s")
+    url = reverse("admin:reservations_incident_change", args=[0]).replace("/0/", "/{}/")
+    kinds = {value: str(label) for value, label in Incident.Kind.choices}
+    extra: dict[int, list[str]] = {}
+    for lot_id, pk, reference, kind, summary, x0, x1, since, until, spare in found:
+        when = (from_to if until else still_open) % {"start": since, "end": until}
+        words = [reference, kinds.get(kind, kind), when, summary]
+        if spare:
+            words.append(moved % {"lot": spare})
+        title = " · ".join(words)
+        x, width = round(x0 * DAY_WIDTH, 1), max(2.0, round((x1 - x0) * DAY_WIDTH, 1))
+        rows[lot_id].bars.append(Bar("incident", x, width, title, url.format(pk)))
+        extra.setdefault(lot_id, []).append(
+            f'<a class="bar bar-incident" href="{url.format(pk)}"'
+            f' style="left:{x}px;width:{width}px" aria-label="{html.escape(title)}"></a>'
+        )
+    for lot_id, bands in extra.items():
+        row = rows[lot_id]
+        row.html = mark_safe(row.html + "".join(bands))  # noqa: S308 (escaped above, or ours)
 
 
 def filters() -> dict[str, Any]:

@@ -425,6 +425,57 @@ def test_today_counts_a_short_section_from_its_rows_and_a_long_one_in_full(
     assert len(approvals.items) == desk.SHOWN
 
 
+def test_the_timeline_bands_the_time_a_lot_was_not_usable_and_links_the_incident(
+    operator: Client, inventory: Inventory, make_request: RequestFactory
+) -> None:
+    from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
+    from django.db.models import F
+
+    from reservations import incidents, timeline
+    from reservations.models import Hold
+
+    now = timezone.now()
+    start = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    order = paid(make_request, starts_at=start + timedelta(days=2))
+    # Its window began four days earlier than booked (as if booked then): shifted alike.
+    shift = timedelta(days=4)
+    Order.objects.filter(pk=order.pk).update(
+        starts_at=F("starts_at") - shift, ends_at=F("ends_at") - shift
+    )
+    hold = order.holds.get()
+    Hold.objects.filter(pk=hold.pk).update(
+        period=DateTimeTZRange(hold.period.lower - shift, hold.period.upper - shift)
+    )
+    order.refresh_from_db()
+    lot = hold.lot
+    ended, _ = incidents.open_incident(
+        order, lot, kind="xid", summary="the card fell off the bus", at=start - timedelta(days=1)
+    )
+    incidents.end_incident(ended, at=start - timedelta(hours=12), why="test")
+    still, _ = incidents.open_incident(
+        order, lot, kind="thermal", summary="card 1 at 96 °C", at=start - timedelta(hours=2)
+    )
+    day = timeline.DAY_WIDTH
+    bands = [b for b in bars_of(timeline.build(now=now, days=30), lot.pk) if b[0] == "incident"]
+    # A week back to the range's start: the ended one from day 6 for half a day, the open
+    # one from 22:00 the day before to now.
+    first, second = bands
+    assert first[:4] == (
+        "incident",
+        6 * day,
+        0.5 * day,
+        f"/admin/reservations/incident/{ended.pk}/change/",
+    )
+    assert second[3] == f"/admin/reservations/incident/{still.pk}/change/"
+    assert second[1] == pytest.approx((7 - 2 / 24) * day, abs=0.1)
+    hours_open = (now - (start - timedelta(hours=2))).total_seconds() / 3600
+    assert second[2] == pytest.approx(hours_open / 24 * day, abs=0.2)
+    html = operator.get("/admin/timeline/?days=30").content.decode()
+    assert f"{order.reference} · overheating or throttled · " in html
+    assert "→ (not over) · card 1 at 96 °C" in html
+    assert html.count('class="bar bar-incident"') == 2
+
+
 def test_the_timeline_shows_an_extension_as_the_continuation_of_its_order(
     operator: Client, inventory: Inventory, make_request: RequestFactory
 ) -> None:

@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, gettext_lazy
 
 from infra.records import ask_reason
-from provisioning import fleet
+from provisioning import fleet, health
 from provisioning.services import pin_presented_host_key
 from provisioning.ssh import fingerprint
 from reservations import inventory, services
@@ -226,6 +226,7 @@ class LotAdmin(RefusalsAsMessages):
             context["lot_incidents"] = list(
                 lot.incidents.select_related("order", "replacement__host").order_by("-started_at")
             )
+            context["lot_readings"] = health.recent(lot)
         return super().change_view(request, object_id, form_url, context)
 
     def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:

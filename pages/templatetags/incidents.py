@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 
+from provisioning import replacement
+from provisioning.models import ProvisioningJob
 from reservations.models import Credit, Order
 
 register = template.Library()
@@ -28,8 +30,24 @@ def order_incidents(order: Order) -> dict[str, Any]:
     credits = [getattr(incident, "credit", None) for incident in incidents]
     return {
         "incidents": [
-            {"incident": incident, "credit": credit}
+            {"incident": incident, "credit": credit, "reachable_until": _reachable(incident)}
             for incident, credit in zip(incidents, credits, strict=True)
         ],
         "offered": any(c is not None and c.status == Credit.Status.OFFERED for c in credits),
     }
+
+
+def _reachable(incident: Any) -> Any:
+    """Until when a lot replaced while its access was open stays reachable (to copy files
+    off it), while it still is; None otherwise."""
+    if incident.at_acceptance or incident.replacement_id is None:
+        return None
+    job = (
+        ProvisioningJob.objects.select_related("order", "grant")
+        .filter(order_id=incident.order_id, lot_id=incident.lot_id, replaced_at__isnull=False)
+        .exclude(status=ProvisioningJob.Status.REVOKED)
+        .first()
+    )
+    if job is None or job.access_grant is None or job.access_grant.keys_at is None:
+        return None
+    return replacement.open_until(job)

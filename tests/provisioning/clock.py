@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from provisioning import access, services
 from provisioning.backends import Backend, HostUnreachable, LocalBackend
@@ -75,3 +76,11 @@ class SimulatedHost(LocalBackend):
         devices = {"ok": True, "cards": [int(c) for c in cards.split(",")], "problem": ""}
         out.write_text(json.dumps({"version": 1, "devices": devices, "verdict": {"answer": "-"}}))
         return str(out)
+
+    def read_health(self, host: Host, cards: str, since: float, until: float) -> dict[str, Any]:
+        if (self.down and self.down[0] <= self.clock.now < self.down[1]) or (
+            host.name in self.down_hosts
+        ):
+            raise HostUnreachable(f"{host.name}: connection refused")
+        self.calls.append(("health", cards))
+        return super().read_health(host, cards, since, until)

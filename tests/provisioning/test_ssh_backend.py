@@ -20,7 +20,7 @@ import pytest
 from django.db import transaction
 
 from provisioning import access, services
-from provisioning.backends import HostKeyRefused, HostUnreachable
+from provisioning.backends import HostKeyRefused, HostUnreachable, StepFailed
 from provisioning.models import ProvisioningJob
 from provisioning.ssh import SshBackend, check_ssh_key, fingerprint
 from provisioning.tasks import MAX_ATTEMPTS, provision_lot
@@ -250,3 +250,34 @@ def test_a_benchmark_still_running_is_stopped_over_ssh_with_its_process_group(
     ssh_backend.stop_validation(job.lot.host, f"job-{job.pk}")
     assert running.wait(timeout=10) == -signal.SIGKILL
     ssh_backend.stop_validation(job.lot.host, f"job-{job.pk}")  # none running: fine
+
+
+@pytest.mark.django_db
+def test_a_health_reading_runs_the_probe_over_ssh_on_the_hosts_own_tools_and_log(
+    sshd: Sshd, make_request: RequestFactory, ssh_backend: SshBackend, remote: Path
+) -> None:
+    job = approved_job_on(sshd, make_request, sshd.host_key)
+    host = job.lot.host
+    stand_in = ssh_backend.read_health(host, "0,1", 0, time.time())
+    assert stand_in["tool"] == "stand-in"  # this loopback host has no GPU tool
+    assert stand_in["cards"] == [{"index": 0}, {"index": 1}]
+    tools = remote / "usr" / "bin"
+    tools.mkdir(parents=True)
+    fake = Path(__file__).resolve().parent / "fakes" / "nvidia-smi"
+    (tools / "nvidia-smi").write_bytes(fake.read_bytes())
+    (tools / "nvidia-smi").chmod(0o755)
+    (tools / "nvidia-smi.json").write_text('{"values": {"1": {"temperature.gpu": 91}}}')
+    log = remote / "var" / "log" / "kernel.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(
+        "100.5 h kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n"
+        "200.5 h kernel: NVRM: Xid (PCI:0000:28:00): 48, pid=1, DBE\n"
+    )
+    reading = ssh_backend.read_health(host, "0,1", 150, 300)
+    assert reading["tool"] == "nvidia-smi"
+    assert [card["temperature.gpu"] for card in reading["cards"]] == [34.0, 91.0]
+    assert reading["cards"][0]["remapped_rows.failure"] == "No"
+    # Only the lines stamped between the two readings: XID 79 at 100.5 was the previous one's.
+    assert [(x["code"], x["bus"]) for x in reading["xid"]] == [(48, "0000:28:00")]
+    with pytest.raises(StepFailed, match="not a list of card indices"):
+        ssh_backend.read_health(host, "0;reboot", 0, 1)

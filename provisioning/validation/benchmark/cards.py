@@ -15,7 +15,7 @@ from .frame import Frame
 from .percard import per_card_worker
 from .ranks import run_ranks
 from .report import GIB, not_measured
-from .telemetry import HW_THROTTLE
+from .smi import HW_THROTTLE
 
 
 class CardChecks(Frame):
