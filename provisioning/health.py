@@ -253,12 +253,11 @@ def tick(
     if not jobs:
         return done
     ids = [job.pk for job in jobs]
-    latest = {
-        reading.job_id: reading
-        for reading in HealthReading.objects.filter(job_id__in=ids)
-        .order_by("job_id", "-taken_at")
-        .distinct("job_id")
-    }
+    newest = HealthReading.objects.filter(job_id__in=ids).order_by("job_id", "-taken_at")
+    latest = {reading.job_id: reading for reading in newest.distinct("job_id")}
+    # The last reading that came back: XID lines and ECC counters go on from it (a host not
+    # reached in between loses none of its kernel log's lines).
+    answered = {reading.job_id: reading for reading in newest.filter(error="").distinct("job_id")}
     open_ones = {
         (incident.order_id, incident.lot_id): incident
         for incident in Incident.objects.filter(
@@ -268,10 +267,10 @@ def tick(
     workers = max(1, min(settings.PROVISIONING_HEALTH_CONCURRENCY, len(jobs)))
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         found = list(
-            pool.map(lambda job: _read(backend, job, _since(job, latest.get(job.pk)), now), jobs)
+            pool.map(lambda job: _read(backend, job, _since(job, answered.get(job.pk)), now), jobs)
         )
     readings = [
-        _record(job, answer, latest.get(job.pk), now)
+        _record(job, answer, answered.get(job.pk), now)
         for job, answer in zip(jobs, found, strict=True)
     ]
     HealthReading.objects.bulk_create(readings)
@@ -284,7 +283,8 @@ def tick(
 
 
 def _since(job: ProvisioningJob, previous: HealthReading | None) -> datetime:
-    """XID lines are read from the previous reading on (from access opening, at first)."""
+    """XID lines are read from the last reading that came back on (from access opening, at
+    first)."""
     if previous is not None:
         return previous.taken_at
     keys_at = job.grant.keys_at

@@ -69,6 +69,7 @@ def start_sshd(folder: Path, timeout: float = 20, *, tenants: bool = False) -> I
                 "StrictModes no",
                 "PermitRootLogin prohibit-password",
                 "LogLevel VERBOSE",
+                "MaxStartups 200",  # many hosts read at once (the health benchmark)
                 *(["Match User gl-*", "    AuthorizedKeysFile %h/.ssh/authorized_keys"] * tenants),
                 "",
             ]
