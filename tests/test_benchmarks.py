@@ -182,4 +182,3 @@ def test_the_throughput_benchmark_profiles_placing_orders() -> None:
     printed = profile_of("booking_throughput.py", "--per-round", "20")
     assert "place_order" in printed
     assert "cumulative" in printed
-
