@@ -428,7 +428,9 @@ def test_today_counts_a_short_section_from_its_rows_and_a_long_one_in_full(
 def test_the_timeline_bands_the_time_a_lot_was_not_usable_and_links_the_incident(
     operator: Client, inventory: Inventory, make_request: RequestFactory
 ) -> None:
-    from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
+    from django.db.backends.postgresql.psycopg_any import (  # type: ignore[import-untyped]
+        DateTimeTZRange,
+    )
     from django.db.models import F
 
     from reservations import incidents, timeline
