@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -99,10 +99,9 @@ class Tick:
     ended: int = 0
     replaced: int = 0
     pruned: int = 0
-    readings: list[HealthReading] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict[str, int]:
-        return {k: v for k, v in asdict(self).items() if k != "readings"}
+        return asdict(self)
 
 
 def _value(row: dict[str, Any], name: str) -> float | None:
@@ -274,7 +273,7 @@ def tick(
         for job, answer in zip(jobs, found, strict=True)
     ]
     HealthReading.objects.bulk_create(readings)
-    done.read, done.readings = len(readings), readings
+    done.read = len(readings)
     for job, taken in zip(jobs, readings, strict=True):
         if not taken.healthy:
             done.unhealthy += 1

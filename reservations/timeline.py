@@ -195,16 +195,16 @@ exclusion constraint's GiST index on (lot, period) finds them, the index on
 
 
 def _holds(lots: list[int], start: datetime, end: datetime) -> list[tuple[Any, ...]]:
+    return _rows_of(HOLDS_SQL, lots, start=start, end=end)
+
+
+def _rows_of(query: str, lots: list[int], **params: Any) -> list[tuple[Any, ...]]:
+    """``query``'s rows for the page's ``lots`` (none without lots), in the desk's zone."""
     if not lots:
         return []
-    params: dict[str, Any] = {
-        "lots": lots,
-        "start": start,
-        "end": end,
-        "zone": timezone.get_current_timezone_name(),
-    }
+    params.update(lots=lots, zone=timezone.get_current_timezone_name())
     with connection.cursor() as cursor:
-        cursor.execute(HOLDS_SQL, params)
+        cursor.execute(query, params)
         return cursor.fetchall()
 
 
@@ -316,18 +316,7 @@ band's position in days from the range's start and the lot the booking moved to.
 def _incidents(
     lots: list[int], start: datetime, end: datetime, now: datetime
 ) -> list[tuple[Any, ...]]:
-    if not lots:
-        return []
-    params: dict[str, Any] = {
-        "lots": lots,
-        "start": start,
-        "end": end,
-        "now": now,
-        "zone": timezone.get_current_timezone_name(),
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(INCIDENTS_SQL, params)
-        return cursor.fetchall()
+    return _rows_of(INCIDENTS_SQL, lots, start=start, end=end, now=now)
 
 
 def _draw_incidents(rows: dict[int, Row], found: list[tuple[Any, ...]]) -> None:

@@ -86,9 +86,12 @@ class Host:
             handle.write(f"{at.timestamp():.6f} {HOST} kernel: {text}\n")
 
 
+Delivered = tuple[Order, Cards, Callable[[datetime], None], dict[str, datetime]]
+
+
 def open_order(
     make_request: RequestFactory, tmp_path: Path, settings: Any, capture: Any, days: int = 7
-) -> tuple[Order, Cards, Callable[[datetime], None], dict[str, datetime]]:
+) -> Delivered:
     """A one-lot order of ``days`` days on the first H200 lot (the second is free: the
     spare), delivered: its window started and access open. Returns the order, the host,
     one tick (the schedule, then the health check, as beat runs both) and the invariant's
@@ -115,6 +118,17 @@ def open_order(
     tick(order.starts_at)
     assert ProvisioningJob.objects.get(order=order).status == ProvisioningJob.Status.READY
     return order, hosts, tick, seen
+
+
+@pytest.fixture
+def three_days(
+    make_request: RequestFactory,
+    tmp_path: Path,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> Delivered:
+    """A three-day order delivered on the first H200 lot, the second free (open_order)."""
+    return open_order(make_request, tmp_path, settings, django_capture_on_commit_callbacks, days=3)
 
 
 def the_lots() -> tuple[Lot, Lot]:
@@ -229,15 +243,9 @@ def test_an_xid_on_day_two_of_seven_moves_the_booking_to_the_spare_and_credits_t
 
 
 def test_a_hot_card_is_an_incident_that_ends_when_it_cools_and_is_credited(
-    admin_client: Any,
-    make_request: RequestFactory,
-    tmp_path: Path,
-    settings: Any,
-    django_capture_on_commit_callbacks: Any,
+    admin_client: Any, three_days: Delivered, settings: Any
 ) -> None:
-    order, hosts, tick, _seen = open_order(
-        make_request, tmp_path, settings, django_capture_on_commit_callbacks, days=3
-    )
+    order, hosts, tick, _seen = three_days
     host = Host(hosts)
     failed, _spare = the_lots()
     t = order.starts_at + 3 * HOUR
@@ -275,14 +283,9 @@ def test_a_hot_card_is_an_incident_that_ends_when_it_cools_and_is_credited(
 
 
 def test_a_card_that_stays_degraded_past_the_limit_is_replaced(
-    make_request: RequestFactory,
-    tmp_path: Path,
-    settings: Any,
-    django_capture_on_commit_callbacks: Any,
+    three_days: Delivered, settings: Any
 ) -> None:
-    order, hosts, tick, _seen = open_order(
-        make_request, tmp_path, settings, django_capture_on_commit_callbacks, days=3
-    )
+    order, hosts, tick, _seen = three_days
     settings.PROVISIONING_HEALTH_REPLACE_AFTER = timedelta(minutes=30)
     _failed, spare = the_lots()
     Host(hosts).state({"values": {"0": {"remapped_rows.pending": "Yes"}}})
@@ -299,14 +302,9 @@ def test_a_card_that_stays_degraded_past_the_limit_is_replaced(
 
 
 def test_a_card_missing_from_the_tool_is_replaced_at_once(
-    make_request: RequestFactory,
-    tmp_path: Path,
-    settings: Any,
-    django_capture_on_commit_callbacks: Any,
+    three_days: Delivered, settings: Any
 ) -> None:
-    order, hosts, tick, _seen = open_order(
-        make_request, tmp_path, settings, django_capture_on_commit_callbacks, days=3
-    )
+    order, hosts, tick, _seen = three_days
     _failed, spare = the_lots()
     Host(hosts).state({"missing": [1]})
     tick(order.starts_at + HOUR)
@@ -318,14 +316,9 @@ def test_a_card_missing_from_the_tool_is_replaced_at_once(
 
 
 def test_a_host_not_reached_twice_in_a_row_is_an_incident_from_the_first_miss(
-    make_request: RequestFactory,
-    tmp_path: Path,
-    settings: Any,
-    django_capture_on_commit_callbacks: Any,
+    three_days: Delivered, settings: Any
 ) -> None:
-    order, hosts, tick, _seen = open_order(
-        make_request, tmp_path, settings, django_capture_on_commit_callbacks, days=3
-    )
+    order, hosts, tick, _seen = three_days
     settings.PROVISIONING_HEALTH_REPLACE_AFTER = timedelta(hours=2)
     t = order.starts_at + HOUR
     hosts.down = (t, t + 11 * timedelta(minutes=1))
