@@ -26,6 +26,8 @@ import time
 from typing import Any
 
 GIB = 2**30
+EXCHANGE_OPS = ("c10d::", "record_param_comms", "ProcessGroup")
+"""Host ops of the exchange itself, on the job's thread: they launch or wait on it."""
 OUT_OF_MEMORY = re.compile(
     r"OutOfMemoryError|CUDA out of memory|HIP out of memory|out of memory", re.IGNORECASE
 )
@@ -173,6 +175,7 @@ class _Recorder:
             collectives: list[tuple[float, float]] = []
             kernels: list[tuple[float, float]] = []
             host: list[tuple[Any, str, tuple[float, float]]] = []
+            bookkeeping: list[tuple[float, float]] = []
             gloo_threads = set()
             source = ""
             for event in profiler.events():
@@ -191,6 +194,8 @@ class _Recorder:
                     collectives.append(span)
                     gloo_threads.add(getattr(event, "thread", None))
                     source = source or "profiler: gloo operations"
+                elif name.startswith(EXCHANGE_OPS) or "reducer::" in name:
+                    bookkeeping.append(span)  # the job's thread launching or waiting on one
                 elif not name.startswith("ProfilerStep"):
                     host.append((getattr(event, "thread", None), name, span))
             if kernels:  # a GPU: the card's own timeline
@@ -198,7 +203,9 @@ class _Recorder:
             else:  # a CPU: the job's threads (gloo works on threads of its own)
                 compute = [span for thread, _name, span in host if thread not in gloo_threads]
             busy = merged(collectives)
-            worked = merged(compute)
+            # The exchange's own calls on the job's thread (c10d::allreduce_, DDP's reducer)
+            # hide nothing, nor does the op around them (the gradient hook) while they run.
+            worked = without(merged(compute), merged(bookkeeping))
             hidden = overlap_seconds(busy, worked)
             first = self.window["first_step"]
             window = self.durations[first : first + self.profiled]
@@ -337,6 +344,26 @@ def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
             if end > out[-1][1]:
                 out[-1] = (out[-1][0], end)
         else:
+            out.append((start, end))
+    return out
+
+
+def without(
+    a: list[tuple[float, float]], b: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The parts of ``a`` that ``b`` does not cover (both disjoint and ordered)."""
+    out: list[tuple[float, float]] = []
+    j = 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > start:
+                out.append((start, b[k][0]))
+            start = max(start, b[k][1])
+            k += 1
+        if start < end:
             out.append((start, end))
     return out
 

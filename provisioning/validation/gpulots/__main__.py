@@ -37,7 +37,8 @@ hooks into each process; any sitecustomize of your own still runs after it):
   process's card (``LOCAL_RANK``); on a CPU the process's peak resident memory, said so;
 * the exchange, from the profiled steps: the collectives (NCCL/RCCL kernels on the card,
   gloo operations on a CPU) against the compute (the card's other kernels, or the job's own
-  threads), each counted once where they overlap. The exposed exchange is the collectives'
+  threads less their calls into the exchange, c10d and DDP's reducer), each counted once
+  where they overlap. The exposed exchange is the collectives'
   time no compute overlaps (``collective_busy_ms`` is all of it); the card that waits less
   gives the run's exchange and its share of the step, and each card's compute time gives the
   imbalance between the cards.
