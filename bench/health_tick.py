@@ -174,7 +174,8 @@ class Timed:
 
 
 def failure_to_spare(run: int, sshd: Any, backend: Any, root: Path) -> dict[str, Any]:
-    """One delivered lot, an XID 79 on its first card, ticks until the spare's keys."""
+    """One delivered lot, an XID 79 on its first card, ticks until the spare's keys. The
+    order may be placed on any free lot: the XID names the PCI bus of the one it got."""
     from django.utils import timezone
 
     from provisioning import health, schedule, services
@@ -183,14 +184,16 @@ def failure_to_spare(run: int, sshd: Any, backend: Any, root: Path) -> dict[str,
     add_hosts(f"fail-{run}", 1, 2, sshd)
     now = timezone.now()
     (order,) = delivered(1, now)
-    first_lot = order.holds.get(status="booked").lot_id
+    first = order.holds.select_related("lot").get(status="booked").lot
+    first_lot = first.pk
+    bus = 0x18 + 0x10 * first.gpu_a  # the fake nvidia-smi's PCI bus of the lot's first card
     timed = Timed(backend)
     log = root / "var" / "log" / "kernel.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     failed_at = time.time()
     with log.open("a") as handle:
         handle.write(
-            f"{failed_at:.6f} bench kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, "
+            f"{failed_at:.6f} bench kernel: NVRM: Xid (PCI:0000:{bus:02x}:00): 79, pid=1, "
             "GPU has fallen off the bus.\n"
         )
     detect_s, ticks = 0.0, 0
