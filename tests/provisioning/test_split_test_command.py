@@ -257,7 +257,7 @@ def test_split_test_cuts_a_hang_at_its_timeout_and_reports_it(tmp_path: Path) ->
         *SHORT,
         "--timeout",
         "25",
-        env={"SPLIT_JOB_HANG_RANK": "1"},
+        env={"SPLIT_JOB_HANG_RANK": "1", "SPLIT_JOB_RUN": str(tmp_path)},
     )
 
     assert code == 5, done.stderr
@@ -270,10 +270,24 @@ def test_split_test_cuts_a_hang_at_its_timeout_and_reports_it(tmp_path: Path) ->
     assert report["verdict"]["answer"] == "not_answered"
     assert report["complete"] is True
     assert report["exit_code"] == 5
-    left = subprocess.run(
+    assert run_processes(str(tmp_path)) == [], "a process of the cut run was left behind"
+
+
+def run_processes(run: str) -> list[int]:
+    """The job's processes still alive that this run started (SPLIT_JOB_RUN in their
+    environment): another test's job running beside it is not one of them."""
+    found = subprocess.run(
         ["pgrep", "-f", str(JOBS / "plain_loop.py")], capture_output=True, text=True
     )
-    assert left.stdout.strip() == "", "a process of the cut run was left behind"
+    mine = []
+    for pid in found.stdout.split():
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended since
+        if f"SPLIT_JOB_RUN={run}".encode() in environment:
+            mine.append(int(pid))
+    return mine
 
 
 def test_split_test_flags_a_rank_that_computes_longer(tmp_path: Path) -> None:
@@ -431,6 +445,26 @@ def test_split_test_counts_nccl_kernels_on_the_card_once_and_nothing_else(
     assert found.window["exposed_seconds"] == pytest.approx(0.003)
     assert found.window["compute_seconds"] == pytest.approx(0.006)
     assert found.window["step_seconds"] == pytest.approx(0.020)
+
+
+def test_on_a_card_the_hosts_calls_into_the_exchange_take_no_kernel_from_the_compute(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The host's c10d::allreduce_ is on the CPU's timeline: a compute kernel the card runs
+    meanwhile is compute all the same, and hides the NCCL kernel it overlaps."""
+    found = recorder(monkeypatch, tmp_path)
+    found._trace_ready(
+        _Profile(
+            [
+                _Event("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...)", "DeviceType.CUDA", 0, 3000),
+                _Event("ampere_bf16_s16816gemm_bf16_128x128", "DeviceType.CUDA", 2000, 5000),
+                _Event("c10d::allreduce_", "DeviceType.CPU", 0, 5000),
+            ]
+        )
+    )
+
+    assert found.window["compute_seconds"] == pytest.approx(0.003)
+    assert found.window["exposed_seconds"] == pytest.approx(0.002)
 
 
 def test_split_test_counts_gloo_operations_on_a_cpu(

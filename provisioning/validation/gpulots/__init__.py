@@ -199,13 +199,14 @@ class _Recorder:
                 elif not name.startswith("ProfilerStep"):
                     host.append((getattr(event, "thread", None), name, span))
             if kernels:  # a GPU: the card's own timeline
-                compute = kernels
+                worked = merged(kernels)
             else:  # a CPU: the job's threads (gloo works on threads of its own)
                 compute = [span for thread, _name, span in host if thread not in gloo_threads]
+                # The exchange's own calls on the job's thread (c10d::allreduce_, DDP's
+                # reducer) hide nothing, nor does the op around them (the gradient hook)
+                # while they run.
+                worked = without(merged(compute), merged(bookkeeping))
             busy = merged(collectives)
-            # The exchange's own calls on the job's thread (c10d::allreduce_, DDP's reducer)
-            # hide nothing, nor does the op around them (the gradient hook) while they run.
-            worked = without(merged(compute), merged(bookkeeping))
             hidden = overlap_seconds(busy, worked)
             first = self.window["first_step"]
             window = self.durations[first : first + self.profiled]
